@@ -1,0 +1,254 @@
+"""Continuous batching for a Hugging Face causal LM on one device, with a KV cache.
+
+One background thread owns the model. Requests join the running batch at the next decode step
+(their prompts are prefilled together, then their KV rows are left-padded into the batch) and
+leave it the step they finish, so a short request never waits for a long one. Every decode step
+is one forward pass for all rows. Rows are left-aligned with padding: each row keeps its own
+position ids and the attention mask hides the padding.
+
+Weights can be replaced between two decode steps (`update_weights`): the version goes up by one
+and rows still generating continue from their cache (in-flight update, as PipelineRL does). A
+completion's `policy_version` is the version that sampled its first token; its logprobs are the
+ones actually sampled, whatever version drew them.
+
+The engine knows token ids only: no chat templates, no HTTP, no episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from harnessrl.policy.sampling import sample_next
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+    policy_version: int
+    stop_text: str | None = None  # the stop string that ended it, if one did
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    params: SamplingParams
+    future: Future
+    generator: torch.Generator | None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    version: int = -1
+    done: Completion | None = None
+
+
+class Engine:
+    def __init__(self, model, eos_ids: set[int], decode, max_batch: int = 64, max_prefill_tokens: int = 16384):
+        self.model = model
+        self.eos_ids = eos_ids
+        self.decode = decode  # ids -> text, used for stop strings only
+        self.max_batch = max_batch
+        self.max_prefill_tokens = max_prefill_tokens
+        self.context = model.config.max_position_embeddings
+        self.version = 0
+        self._pending: deque[_Row] = deque()
+        self._wake = threading.Condition()
+        self._step_lock = threading.Lock()  # held for a whole step; weight updates wait for it
+        self._closed = False
+        self._reset_batch()
+        self._thread = threading.Thread(target=self._run, name="harnessrl-engine", daemon=True)
+        self._thread.start()
+
+    # ---- public API ------------------------------------------------------------------------
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Future:
+        """Queue one completion; the future resolves to a Completion."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        if len(prompt_ids) >= self.context:
+            raise ValueError(f"prompt has {len(prompt_ids)} tokens; the model's context is {self.context}")
+        gen = None
+        if params.seed is not None:
+            gen = torch.Generator().manual_seed(params.seed)
+        row = _Row(list(prompt_ids), params, Future(), gen)
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self._pending.append(row)
+            self._wake.notify()
+        return row.future
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
+        """n completions of one prompt; with a seed, choice i uses seed + i."""
+        futures = [self.submit(prompt_ids, _for_choice(params, i)) for i in range(n)]
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        return self.submit(prompt_ids, params).result()
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
+        """Replace the weights between two decode steps; returns the new version."""
+        with self._step_lock, torch.no_grad():
+            self.model.load_state_dict(state_dict)
+            self.version += 1
+            return self.version
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=30)
+        for row in [*self._pending, *self._rows]:
+            if not row.future.done():
+                row.future.set_exception(RuntimeError("engine closed before the completion finished"))
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self._wake:
+                while not self._closed and not self._pending and not self._rows:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                new = self._take_pending()
+            with self._step_lock, torch.inference_mode():
+                try:
+                    if new:
+                        self._admit(new)
+                    if self._rows:
+                        self._decode_step()
+                except Exception as exc:  # a failed forward fails its requests, never the engine
+                    for row in [*new, *self._rows]:
+                        if not row.future.done():
+                            row.future.set_exception(exc)
+                    self._reset_batch()
+
+    def _take_pending(self) -> list[_Row]:
+        new, tokens = [], 0
+        while self._pending and len(self._rows) + len(new) < self.max_batch:
+            size = len(self._pending[0].prompt)
+            if new and tokens + size > self.max_prefill_tokens:
+                break
+            new.append(self._pending.popleft())
+            tokens += size
+        return new
+
+    def _reset_batch(self) -> None:
+        self._rows: list[_Row] = []
+        self._kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, each (B, H, T, D)
+        self._mask = torch.zeros(0, 0, dtype=torch.long)  # (B, T) 1 = real token
+        self._last = torch.zeros(0, dtype=torch.long)  # (B,) sampled, not yet in the cache
+
+    def _admit(self, new: list[_Row]) -> None:
+        """Prefill the new prompts together, sample their first tokens, merge them into the batch."""
+        width = max(len(r.prompt) for r in new)
+        ids = torch.tensor([[0] * (width - len(r.prompt)) + r.prompt for r in new])  # (n, L)
+        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in new])
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, logits_to_keep=1)
+        for r in new:
+            r.version = self.version
+        first = self._sample(new, out.logits[:, -1])
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        if self._rows:
+            total = max(self._mask.shape[1], width)
+            kv = [
+                (torch.cat([_left_pad(k0, total), _left_pad(k1, total)]), torch.cat([_left_pad(v0, total), _left_pad(v1, total)]))
+                for (k0, v0), (k1, v1) in zip(self._kv, kv)
+            ]
+            mask = torch.cat([_left_pad(self._mask, total), _left_pad(mask, total)])
+        self._rows, self._kv, self._mask = self._rows + new, kv, mask
+        self._last = torch.cat([self._last, first])
+        self._evict_finished()
+
+    def _decode_step(self) -> None:
+        """Feed every row its last sampled token; sample the next one."""
+        self._mask = torch.cat([self._mask, torch.ones(len(self._rows), 1, dtype=torch.long)], dim=1)
+        positions = torch.tensor([[len(r.prompt) + len(r.ids) - 1] for r in self._rows])
+        cache = DynamicCache(ddp_cache_data=self._kv)
+        out = self.model(input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=cache)
+        self._kv = [(layer.keys, layer.values) for layer in cache.layers]
+        self._last = self._sample(self._rows, out.logits[:, -1])
+        self._evict_finished()
+
+    def _sample(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        temperature = torch.tensor([r.params.temperature for r in rows])
+        top_p = torch.tensor([r.params.top_p for r in rows])
+        ids, logprobs = sample_next(logits, temperature, top_p, [r.generator for r in rows])
+        for r, token, lp in zip(rows, ids.tolist(), logprobs.tolist()):
+            r.ids.append(token)
+            r.logprobs.append(lp)
+            r.done = self._finished(r)
+        return ids
+
+    def _finished(self, r: _Row) -> Completion | None:
+        reason, stop_text = None, None
+        if r.ids[-1] in self.eos_ids:
+            reason = "stop"
+        elif r.params.stop and (stop_text := self._stop_hit(r)):
+            reason = "stop"
+        elif len(r.ids) >= r.params.max_tokens or len(r.prompt) + len(r.ids) >= self.context:
+            reason = "length"
+        if reason is None:
+            return None
+        return Completion(r.ids, r.logprobs, reason, r.version, stop_text)
+
+    def _stop_hit(self, r: _Row) -> str | None:
+        # a stop string completed by the newest token lies within the last few tokens' text
+        tail = self.decode(r.ids[-(4 * max(map(len, r.params.stop)) + 4) :])
+        return next((s for s in r.params.stop if s in tail), None)
+
+    def _evict_finished(self) -> None:
+        keep = [i for i, r in enumerate(self._rows) if r.done is None]
+        for r in self._rows:
+            if r.done is not None:
+                r.future.set_result(r.done)
+        if len(keep) == len(self._rows):
+            return
+        if not keep:
+            self._reset_batch()
+            return
+        index = torch.tensor(keep)
+        self._mask = self._mask[index]
+        start = int(self._mask.any(0).nonzero()[0])  # drop columns that are padding in every row
+        self._mask = self._mask[:, start:]
+        self._kv = [(k[index, :, start:], v[index, :, start:]) for k, v in self._kv]
+        self._rows = [self._rows[i] for i in keep]
+        self._last = self._last[index]
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Left-pad the sequence axis (dim 2 of a (B, H, T, D) cache, dim 1 of a (B, T) mask) with zeros."""
+    axis = 2 if x.dim() == 4 else 1
+    missing = width - x.shape[axis]
+    if missing == 0:
+        return x
+    pad = [0, 0] * (x.dim() - 1 - axis) + [missing, 0]
+    return F.pad(x, pad)
+
+
+def _for_choice(params: SamplingParams, i: int) -> SamplingParams:
+    if params.seed is None or i == 0:
+        return params
+    return SamplingParams(params.temperature, params.top_p, params.max_tokens, list(params.stop), params.seed + i)

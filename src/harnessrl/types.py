@@ -1,0 +1,97 @@
+"""The shared vocabulary: Task, Call, Episode, Outcome, RewardBreakdown.
+
+Every part of harnessrl passes these typed objects, never bare dicts. An Episode is saved as one
+JSON line (`episode.to_json()`) and loaded back exactly (`Episode.from_json(line)`): that line is
+the unit the trace store, replay buffer, SFT data and reports share. This module knows nothing
+about models, HTTP or training.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Model(BaseModel):
+    # unknown keys are errors, so a typo in a trace line names its field instead of vanishing
+    model_config = ConfigDict(extra="forbid")
+
+
+class Task(_Model):
+    """One thing to do. `data` holds whatever the environment needs (question, gold answer, ...)."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12], description="stable task id; groups share it")
+    prompt: str | None = Field(default=None, description="the instruction shown to the agent, if any")
+    data: dict[str, Any] = Field(default_factory=dict, description="environment-specific fields")
+    split: Literal["train", "test"] | None = Field(default=None, description="which split it belongs to")
+
+
+class Call(_Model):
+    """One sampled completion, token-exact: what the policy saw and what it sampled.
+
+    `sampled_logprobs[i]` is the log-probability of `completion_ids[i]` under the distribution it was
+    actually drawn from (temperature- and top-p-adjusted; 0.0 for greedy decoding).
+    `extends_call` is the index of an earlier call of the episode whose prompt + completion this
+    call's prompt begins with (the gateway reused its ids); None starts a new sequence.
+    """
+
+    agent: str = Field(default="main", description="which agent of the harness made the call")
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampled_logprobs: list[float]
+    policy_version: int = Field(description="weights version that sampled the first completion token")
+    trainable: bool = Field(default=True, description="False for frozen sub-agents: recorded, never trained on")
+    finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
+    extends_call: int | None = None
+    tool_call_error: str | None = Field(default=None, description="why emitted tool calls were returned as text")
+    started_at: float = Field(default_factory=time.time, description="unix seconds when the request arrived")
+    ended_at: float = Field(default_factory=time.time, description="unix seconds when the completion was ready")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Call:
+        if len(self.sampled_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"sampled_logprobs has {len(self.sampled_logprobs)} entries "
+                f"but completion_ids has {len(self.completion_ids)}"
+            )
+        return self
+
+
+class Outcome(_Model):
+    """What a harness reports when an episode ends."""
+
+    answer: str | None = Field(default=None, description="the agent's final answer, if it gave one")
+    success: bool | None = Field(default=None, description="the harness's own verdict, if it has one")
+    info: dict[str, Any] = Field(default_factory=dict, description="anything else rewards may read")
+
+
+class RewardBreakdown(_Model):
+    """A score that explains itself: the total and every named term (already weighted)."""
+
+    total: float
+    terms: dict[str, float] = Field(default_factory=dict)
+    weights: dict[str, float] = Field(default_factory=dict, description="each term's weight at scoring time")
+
+
+class Episode(_Model):
+    """One run of a harness on a task: its calls, outcome, reward and how it ended."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    task: Task = Field(default_factory=Task)
+    calls: list[Call] = Field(default_factory=list)
+    outcome: Outcome | None = None
+    reward: RewardBreakdown | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    status: Literal["running", "finished", "failed"] = "running"
+    failure_reason: str | None = None
+
+    def to_json(self) -> str:
+        """One JSON line (no newline inside)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, line: str) -> Episode:
+        return cls.model_validate_json(line)
