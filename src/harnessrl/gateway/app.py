@@ -1,0 +1,267 @@
+"""The OpenAI-compatible gateway: chat completions recorded token-exactly into episodes.
+
+Routes: POST /v1/chat/completions, GET /v1/models, GET /health, and the admin side of episodes:
+POST /v1/episodes, GET /v1/episodes, GET|DELETE /v1/episodes/{id}, POST /v1/episodes/{id}/finish.
+Every route but /health needs `Authorization: Bearer KEY`: the admin key, or an episode's own key
+(which reaches only its own episode). Errors are OpenAI-shaped and name the offending field.
+
+The gateway knows the policy and episodes; it knows nothing about rewards or training.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from fastapi import Body, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
+from harnessrl.gateway.prompts import Turn, build_prompt
+from harnessrl.gateway.schema import ChatRequest, EpisodeCreate, EpisodeFinish, FunctionCall, Message, NamedToolChoice, ToolCall
+from harnessrl.gateway.toolcalls import OPEN, parse_tool_calls
+from harnessrl.policy import Completion, Policy, SamplingParams
+from harnessrl.types import Call
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+@dataclass
+class Caller:
+    admin: bool
+    record: EpisodeRecord | None  # the episode an episode key belongs to
+
+
+def create_app(
+    policy: Policy,
+    admin_key: str,
+    max_request_bytes: int = 4 * 1024 * 1024,
+    default_max_tokens: int = 512,
+) -> FastAPI:
+    if len(admin_key) < 8:
+        raise ValueError("the admin key must be at least 8 characters")
+    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    store = EpisodeStore()
+    app.state.store, app.state.policy = store, policy
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return _error_response(exc.status, exc.message, exc.param, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+        return _error_response(400, f"{param or 'body'}: {first['msg']}", param, first["type"])
+
+    def caller(request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            raise APIError(401, "missing API key: send Authorization: Bearer KEY", code="invalid_api_key")
+        key = header[7:].strip()
+        if secrets.compare_digest(key.encode(), admin_key.encode()):
+            return Caller(True, None)
+        record = store.by_key(key)
+        if record is None:
+            raise APIError(401, "invalid API key", code="invalid_api_key")
+        return Caller(False, record)
+
+    def admin(who: Caller = Depends(caller)) -> Caller:
+        if not who.admin:
+            raise APIError(403, "this route needs the admin key", code="forbidden")
+        return who
+
+    def episode_of(episode_id: str, who: Caller = Depends(caller)) -> EpisodeRecord:
+        if not who.admin and who.record.episode.id != episode_id:
+            raise APIError(403, "an episode key reaches only its own episode", code="forbidden")
+        record = store.get(episode_id)
+        if record is None:
+            raise APIError(404, f"no episode {episode_id!r}", param="id", code="not_found")
+        return record
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "model": policy.name, "policy_version": policy.version}
+
+    @app.get("/v1/models")
+    async def models(_: Caller = Depends(caller)) -> dict:
+        return {"object": "list", "data": [{"id": policy.name, "object": "model", "created": 0, "owned_by": "harnessrl"}]}
+
+    @app.post("/v1/episodes")
+    async def create_episode(body: EpisodeCreate | None = Body(default=None), _: Caller = Depends(admin)) -> dict:
+        body = body or EpisodeCreate()
+        record = store.create(body.task, body.agent, body.trainable)
+        return {"id": record.episode.id, "api_key": record.api_key}
+
+    @app.get("/v1/episodes")
+    async def list_episodes(_: Caller = Depends(admin)) -> dict:
+        return {"data": [{"id": i, "status": store.get(i).episode.status} for i in store.ids()]}
+
+    @app.get("/v1/episodes/{episode_id}")
+    async def get_episode(record: EpisodeRecord = Depends(episode_of)) -> dict:
+        return record.episode.model_dump(mode="json")
+
+    @app.delete("/v1/episodes/{episode_id}")
+    async def delete_episode(episode_id: str, _: Caller = Depends(admin)) -> dict:
+        if store.delete(episode_id) is None:
+            raise APIError(404, f"no episode {episode_id!r}", param="id", code="not_found")
+        return {"id": episode_id, "deleted": True}
+
+    @app.post("/v1/episodes/{episode_id}/finish")
+    async def finish_episode(body: EpisodeFinish, record: EpisodeRecord = Depends(episode_of)) -> dict:
+        if record.episode.status != "running":
+            raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
+        episode = record.episode
+        episode.outcome, episode.status, episode.failure_reason = body.outcome, body.status, body.failure_reason
+        return episode.model_dump(mode="json")
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> dict:
+        record = who.record
+        if record is not None and record.episode.status != "running":
+            raise APIError(409, f"episode is {record.episode.status}; create a new one", code="episode_finished")
+        agent, trainable = _caller_metadata(body, record)
+        tools = body.tool_specs()
+        calls, turns = (record.episode.calls, record.turns) if record else ([], [])
+        prompt = build_prompt(policy, body.messages, tools, calls, turns)
+        forced = OPEN if body.tool_choice == "required" or isinstance(body.tool_choice, NamedToolChoice) else ""
+        prompt_ids = prompt.ids + policy.encode(forced) if forced else prompt.ids
+        room = policy.context - len(prompt_ids)
+        if room < 1:
+            raise APIError(
+                400, f"messages: the prompt has {len(prompt_ids)} tokens; the model's context is {policy.context}",
+                param="messages", code="context_length_exceeded",
+            )
+        params = SamplingParams(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            max_tokens=min(body.max_completion_tokens or body.max_tokens or default_max_tokens, room),
+            stop=body.stops(),
+            seed=body.seed,
+        )
+        started = time.time()
+        completions = await policy.engine.generate(prompt_ids, params, body.n)
+        choices = []
+        for index, completion in enumerate(completions):
+            message, finish, error = _assistant_message(policy, completion, forced, body)
+            if record is not None:
+                record.episode.calls.append(Call(
+                    agent=agent, prompt_ids=prompt_ids, completion_ids=completion.ids,
+                    sampled_logprobs=completion.logprobs, policy_version=completion.policy_version,
+                    trainable=trainable, finish_reason=finish, extends_call=prompt.extends_call,
+                    tool_call_error=error, started_at=started, ended_at=time.time(),
+                ))  # fmt: skip
+                record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity()))
+            choices.append(_choice(policy, index, message, finish, completion if body.logprobs else None))
+        completion_tokens = sum(len(c.ids) for c in completions)
+        return {
+            "id": "chatcmpl-" + secrets.token_hex(12),
+            "object": "chat.completion",
+            "created": int(started),
+            "model": policy.name,
+            "system_fingerprint": f"policy-v{completions[0].policy_version}",
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt_ids) + completion_tokens,
+            },
+        }
+
+    return app
+
+
+def _caller_metadata(body: ChatRequest, record: EpisodeRecord | None) -> tuple[str, bool]:
+    meta = body.metadata or {}
+    agent = meta.get("agent") or (record.agent if record else "main")
+    trainable = record.trainable if record else True
+    if "trainable" in meta:
+        if meta["trainable"] not in ("true", "false"):
+            raise APIError(400, "metadata.trainable must be 'true' or 'false'", param="metadata.trainable")
+        trainable = meta["trainable"] == "true"
+    return agent, trainable
+
+
+def _assistant_message(policy: Policy, completion: Completion, forced: str, body: ChatRequest) -> tuple[Message, str, str | None]:
+    """The OpenAI assistant message for a completion, its finish_reason, and any tool-call error."""
+    text = policy.decode(completion.ids, skip_special=True)
+    if completion.stop_text and (cut := text.find(completion.stop_text)) >= 0:
+        text = text[:cut]
+    text = forced + text
+    if body.tool_choice == "none":
+        return Message(role="assistant", content=text), completion.finish_reason, None
+    parsed = parse_tool_calls(text, {t.function.name for t in body.tools or ()})
+    error = parsed.error
+    if isinstance(body.tool_choice, NamedToolChoice) and not error:
+        wanted = body.tool_choice.function["name"]
+        if [name for name, _ in parsed.calls] != [wanted]:
+            error = f"tool_choice asked for one call to {wanted!r}"
+    if error or not parsed.calls:
+        return Message(role="assistant", content=text), completion.finish_reason, error
+    calls = [ToolCall(id="call_" + secrets.token_hex(8), function=FunctionCall(name=n, arguments=a)) for n, a in parsed.calls]
+    return Message(role="assistant", content=parsed.content, tool_calls=calls), "tool_calls", None
+
+
+def _choice(policy: Policy, index: int, message: Message, finish: str, with_logprobs: Completion | None) -> dict:
+    out = {
+        "index": index,
+        "message": {"role": "assistant", "content": message.content, "refusal": None},
+        "finish_reason": finish,
+        "logprobs": None,
+    }
+    if message.tool_calls:
+        out["message"]["tool_calls"] = [c.model_dump() for c in message.tool_calls]
+    if with_logprobs is not None:
+        out["logprobs"] = {
+            "content": [
+                {"token": (t := policy.decode([i])), "logprob": lp, "bytes": list(t.encode()), "top_logprobs": [], "id": i}
+                for i, lp in zip(with_logprobs.ids, with_logprobs.logprobs)
+            ]
+        }
+    return out
+
+
+def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
+    kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}.get(status, "invalid_request_error")
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse bodies over `limit` bytes with 413 before the app reads them."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        chunks, size, more = [], 0, True
+        if declared is None or int(declared) <= self.limit:
+            while more:  # read the whole body (chunked bodies too) up to the limit
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                more = message.get("more_body", False) and size <= self.limit
+        if declared is not None and int(declared) > self.limit or size > self.limit:
+            response = _error_response(413, f"request body is over {self.limit} bytes", None, "request_too_large")
+            return await response(scope, receive, send)
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,45 @@
+"""Episodes in memory, each with its own random API key; the key is what binds a chat call to it."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from harnessrl.gateway.prompts import Turn
+from harnessrl.types import Episode, Task
+
+
+@dataclass
+class EpisodeRecord:
+    episode: Episode
+    api_key: str
+    agent: str
+    trainable: bool
+    turns: list[Turn] = field(default_factory=list)  # aligned with episode.calls
+
+
+class EpisodeStore:
+    def __init__(self) -> None:
+        self._by_id: dict[str, EpisodeRecord] = {}
+        self._by_key: dict[str, EpisodeRecord] = {}
+
+    def create(self, task: Task, agent: str = "main", trainable: bool = True) -> EpisodeRecord:
+        record = EpisodeRecord(Episode(task=task), "hrl-ep-" + secrets.token_urlsafe(24), agent, trainable)
+        self._by_id[record.episode.id] = record
+        self._by_key[record.api_key] = record
+        return record
+
+    def get(self, episode_id: str) -> EpisodeRecord | None:
+        return self._by_id.get(episode_id)
+
+    def by_key(self, api_key: str) -> EpisodeRecord | None:
+        return self._by_key.get(api_key)
+
+    def delete(self, episode_id: str) -> EpisodeRecord | None:
+        record = self._by_id.pop(episode_id, None)
+        if record is not None:
+            self._by_key.pop(record.api_key, None)
+        return record
+
+    def ids(self) -> list[str]:
+        return list(self._by_id)
