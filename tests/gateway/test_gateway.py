@@ -1,0 +1,199 @@
+"""The gateway over real HTTP on 127.0.0.1, driven by the official openai client."""
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.types import Outcome, Task
+from tests.conftest import ADMIN_KEY, WEATHER_TOOLS
+
+
+def _extends(call, earlier) -> bool:
+    head = earlier.prompt_ids + earlier.completion_ids
+    return call.prompt_ids[: len(head)] == head
+
+
+async def _five_turns(client: openai.AsyncOpenAI) -> list:
+    """An ordinary agent loop: run the tools the model calls, ask follow-ups otherwise."""
+    messages = [{"role": "system", "content": "You report the weather."}, {"role": "user", "content": "Weather in Paris?"}]
+    responses = []
+    for turn in range(5):
+        response = await client.chat.completions.create(
+            model="tiny", messages=messages, tools=WEATHER_TOOLS, max_tokens=40, temperature=1.0, seed=turn
+        )
+        responses.append(response)
+        message = response.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or []:
+            city = json.loads(call.function.arguments).get("city", "?")
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": f"sunny in {city}"})
+        if not message.tool_calls:
+            messages.append({"role": "user", "content": "And in Paris tomorrow?"})
+    return responses
+
+
+async def test_a_five_turn_tool_conversation_is_recorded_token_exactly(gateway, tool_policy):
+    episode_id, key = await gateway.create_episode(Task(id="weather-1", data={"city": "Paris"}))
+    responses = await _five_turns(gateway.openai(key))
+    assert any(r.choices[0].finish_reason == "tool_calls" for r in responses)
+    assert any(r.choices[0].message.tool_calls is None for r in responses)
+    episode = await gateway.episode(episode_id)
+    assert episode.task.id == "weather-1" and len(episode.calls) == 5
+    for i, call in enumerate(episode.calls):
+        assert len(call.sampled_logprobs) == len(call.completion_ids) > 0
+        assert call.policy_version == tool_policy.version == 1 and call.trainable and call.agent == "main"
+        assert responses[i].usage.prompt_tokens == len(call.prompt_ids)
+        if i:
+            assert call.extends_call == i - 1 and _extends(call, episode.calls[i - 1])
+    assert episode.calls[0].extends_call is None
+    # the sampled tool call is in the prompt as sampled, not as the template would re-serialise it
+    first = episode.calls[0]
+    assert tool_policy.decode(first.completion_ids).startswith("<tool_call>")
+
+
+async def test_an_edited_history_starts_a_new_sequence(gateway):
+    episode_id, key = await gateway.create_episode()
+    client = gateway.openai(key)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    for _ in range(2):
+        r = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, max_tokens=30)
+        messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
+    pruned = [messages[0]] + messages[3:]  # drop the first answer, as a context prune does
+    await client.chat.completions.create(model="tiny", messages=pruned, tools=WEATHER_TOOLS, max_tokens=10)
+    edited = messages[:-2] + [{"role": "assistant", "content": "I changed this answer."}, messages[-1]]
+    await client.chat.completions.create(model="tiny", messages=edited, tools=WEATHER_TOOLS, max_tokens=10)
+    calls = (await gateway.episode(episode_id)).calls
+    assert calls[1].extends_call == 0 and _extends(calls[1], calls[0])
+    pruned_call, edited_call = calls[2:]
+    assert pruned_call.extends_call is None
+    assert not any(_extends(pruned_call, earlier) for earlier in calls[:2])
+    # the edited answer was call 1's: the request still extends call 0, whose history is intact
+    assert edited_call.extends_call == 0 and _extends(edited_call, calls[0])
+    assert not _extends(edited_call, calls[1])
+
+
+async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
+    episode_id, key = await gateway.create_episode()
+    # the model learned to call get_weather; under another tool list its call comes out broken or unknown
+    other = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    r = await gateway.openai(key).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=other, temperature=0, max_tokens=40
+    )
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content.startswith("<tool_call>")
+    call = (await gateway.episode(episode_id)).calls[0]
+    assert call.tool_call_error and call.finish_reason == "stop" and r.choices[0].finish_reason == "stop"
+
+
+async def test_keys_are_required_and_scoped_to_their_episode(gateway, tool_server):
+    first_id, first_key = await gateway.create_episode()
+    second_id, second_key = await gateway.create_episode()
+    assert first_key != second_key and len(first_key) > 30
+    async with httpx.AsyncClient(base_url=tool_server.base_url) as http:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert (await http.post("/v1/chat/completions", json=body)).status_code == 401
+        bad = {"Authorization": "Bearer nope"}
+        assert (await http.post("/v1/chat/completions", json=body, headers=bad)).status_code == 401
+        assert (await http.get(f"/v1/episodes/{first_id}", headers=bad)).status_code == 401
+        mine = {"Authorization": f"Bearer {first_key}"}
+        assert (await http.get(f"/v1/episodes/{first_id}", headers=mine)).status_code == 200
+        theirs = await http.get(f"/v1/episodes/{second_id}", headers=mine)
+        assert theirs.status_code == 403 and theirs.json()["error"]["type"] == "permission_error"
+        finish = await http.post(f"/v1/episodes/{second_id}/finish", json={}, headers=mine)
+        assert finish.status_code == 403
+        assert (await http.post("/v1/episodes", headers=mine)).status_code == 403
+        assert (await http.delete(f"/v1/episodes/{second_id}", headers=mine)).status_code == 403
+        assert (await http.get("/health")).json()["status"] == "ok"
+    assert (await gateway.episode(second_id)).status == "running"
+
+
+async def test_bad_requests_get_a_4xx_naming_the_field(gateway, tool_server):
+    _, key = await gateway.create_episode()
+    headers = {"Authorization": f"Bearer {key}"}
+    user = {"role": "user", "content": "hi"}
+    cases = [
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+        ({"messages": [user], "temperature": 3}, "temperature"),
+        ({"messages": [user], "temprature": 0.5}, "temprature"),
+        ({"messages": []}, "messages"),
+        ({"messages": [user], "n": 0}, "n"),
+        ({"messages": [user], "stream": True}, "stream"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0"),
+        ({"messages": [user], "tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools.0.function.name"),
+        ({"messages": [user], "tool_choice": "required"}, "body"),
+        ({"messages": [user], "metadata": {"trainable": "maybe"}}, "metadata.trainable"),
+    ]
+    async with httpx.AsyncClient(base_url=tool_server.base_url, headers=headers) as http:
+        for body, param in cases:
+            r = await http.post("/v1/chat/completions", json=body)
+            assert r.status_code == 400, (body, r.text)
+            error = r.json()["error"]
+            assert (error["param"] or "body") == param and error["message"].startswith(param), (body, error)
+        r = await http.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400
+        r = await http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 70_000}]})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        r = await http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "1 " * 5000}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        await gateway.openai(key).chat.completions.create(model="tiny", messages=[user], temperature=-1)
+
+
+async def test_finish_stores_the_outcome_and_closes_the_episode(gateway):
+    episode_id, key = await gateway.create_episode()
+    client = gateway.openai(key)
+    await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    episode = await gateway.finish(episode_id, Outcome(answer="sunny", success=True, info={"turns": 1}))
+    assert episode.status == "finished" and episode.outcome.answer == "sunny" and len(episode.calls) == 1
+    with pytest.raises(openai.ConflictError):
+        await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    failed_id, _ = await gateway.create_episode()
+    failed = await gateway.finish(failed_id, failure_reason="tool crashed: KeyError 'city'")
+    assert failed.status == "failed" and failed.failure_reason == "tool crashed: KeyError 'city'"
+    await gateway.delete(failed_id)
+    with pytest.raises(Exception, match="404"):
+        await gateway.episode(failed_id)
+
+
+async def test_choices_logprobs_stops_and_caller_metadata(gateway):
+    episode_id, key = await gateway.create_episode(agent="orchestrator")
+    client = gateway.openai(key)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    r = await client.chat.completions.create(model="tiny", messages=messages, n=3, max_tokens=12, logprobs=True, seed=3)
+    await client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=12, metadata={"agent": "searcher", "trainable": "false"}
+    )
+    stopped = await client.chat.completions.create(
+        model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice="none",
+        temperature=0, max_tokens=40, stop=['"name"'],
+    )  # fmt: skip
+    calls = (await gateway.episode(episode_id)).calls
+    assert len(r.choices) == 3 and len(calls) == 5
+    for choice, call in zip(r.choices, calls):
+        assert [t.logprob for t in choice.logprobs.content] == call.sampled_logprobs
+        assert call.prompt_ids == calls[0].prompt_ids and call.agent == "orchestrator" and call.trainable
+    assert calls[3].agent == "searcher" and not calls[3].trainable
+    assert stopped.choices[0].finish_reason == "stop" and '"name"' not in stopped.choices[0].message.content
+    assert stopped.choices[0].message.content == "<tool_call>{"
+
+
+async def test_both_transports_record_identical_episodes(tool_policy, tool_server):
+    app = create_app(tool_policy, ADMIN_KEY)
+    episodes = []
+    for client in (GatewayClient(ADMIN_KEY, app=app), GatewayClient(ADMIN_KEY, base_url=tool_server.base_url)):
+        episode_id, key = await client.create_episode()
+        await _five_turns(client.openai(key))
+        episodes.append(await client.episode(episode_id))
+        await client.aclose()
+    in_process, http = episodes
+    strip = {"started_at", "ended_at"}
+    assert [c.model_dump(exclude=strip) for c in in_process.calls] == [c.model_dump(exclude=strip) for c in http.calls]
+
+
+async def test_models_lists_the_policy(gateway):
+    _, key = await gateway.create_episode()
+    models = await gateway.openai(key).models.list()
+    assert [m.id for m in models.data] == ["tiny"]

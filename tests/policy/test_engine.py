@@ -1,0 +1,117 @@
+"""The continuous-batching engine against the plain model: same logprobs, same greedy tokens."""
+
+import asyncio
+import time
+
+import torch
+
+from harnessrl.policy import SamplingParams
+from harnessrl.policy.tiny import build_tiny
+
+
+def _prompts(policy, n: int) -> list[list[int]]:
+    return [policy.encode(policy.render([{"role": "user", "content": "word " * (1 + 7 * i % 23)}], None, True)) for i in range(n)]
+
+
+def _reference_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([prompt + completion])).logits[0].float(), -1)
+    return logp[len(prompt) - 1 : -1].gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+async def test_batched_sampling_records_the_logprobs_the_model_assigns(policy):
+    prompts = _prompts(policy, 12)
+    params = [SamplingParams(max_tokens=8 + 5 * i, seed=i) for i in range(12)]  # rows leave at different steps
+    done = await asyncio.gather(*(policy.engine.generate(p, s) for p, s in zip(prompts, params)))
+    for prompt, (completion,), param in zip(prompts, done, params):
+        assert len(completion.ids) == param.max_tokens and completion.finish_reason == "length"
+        ref = _reference_logprobs(policy.model, prompt, completion.ids)
+        assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
+
+
+async def test_greedy_in_a_batch_equals_greedy_alone(policy):
+    prompts = _prompts(policy, 6)
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    batched = await asyncio.gather(*(policy.engine.generate(p, greedy) for p in prompts))
+    model, _ = build_tiny(seed=0)
+    for prompt, (completion,) in zip(prompts, batched):
+        alone = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)
+        assert completion.ids == alone[0, len(prompt) :].tolist()
+        assert completion.logprobs == [0.0] * 12
+
+
+async def test_a_seed_gives_the_same_tokens_whatever_shares_the_batch(policy):
+    prompt = _prompts(policy, 1)[0]
+    seeded = SamplingParams(max_tokens=16, seed=1234)
+    alone = (await policy.engine.generate(prompt, seeded))[0]
+    crowd = [policy.engine.generate(p, SamplingParams(max_tokens=30)) for p in _prompts(policy, 8)]
+    together, *_ = await asyncio.gather(policy.engine.generate(prompt, seeded), *crowd)
+    assert together[0].ids == alone.ids
+    two = await policy.engine.generate(prompt, seeded, n=2)
+    assert two[0].ids == alone.ids and two[1].ids != alone.ids  # choice i uses seed + i
+
+
+async def test_a_short_request_joins_and_leaves_while_a_long_one_runs(policy):
+    prompts = _prompts(policy, 2)
+    long = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=400)))
+    await asyncio.sleep(0.2)  # the long request is decoding by now
+    short = await policy.engine.generate(prompts[1], SamplingParams(max_tokens=5))
+    assert not long.done(), "continuous batching: the short request must not wait for the long one"
+    assert len(short[0].ids) == 5
+    assert len((await long)[0].ids) == 400
+
+
+async def test_stop_strings_and_eos_end_a_completion(policy):
+    prompt = _prompts(policy, 1)[0]
+    free = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30)))[0]
+    text = policy.decode(free.ids)
+    stop = text[10:13]
+    assert stop.strip(), f"pick a visible stop string from {text!r}"
+    stopped = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop])))[0]
+    assert stopped.finish_reason == "stop" and stopped.stop_text == stop
+    assert stop in policy.decode(stopped.ids) and stopped.ids == free.ids[: len(stopped.ids)]
+    eos_only = policy.engine.eos_ids
+    policy.engine.eos_ids = {free.ids[3]}
+    try:
+        ended = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30)))[0]
+    finally:
+        policy.engine.eos_ids = eos_only
+    assert ended.finish_reason == "stop" and ended.ids[-1] == free.ids[3] and len(ended.ids) <= 4
+
+
+async def test_weight_updates_bump_the_version_and_change_what_is_sampled():
+    from harnessrl.policy import Policy
+
+    p = Policy.load("tiny")
+    try:
+        prompt = _prompts(p, 1)[0]
+        greedy = SamplingParams(temperature=0, max_tokens=10)
+        before = (await p.engine.generate(prompt, greedy))[0]
+        long = asyncio.ensure_future(p.engine.generate(prompt, SamplingParams(max_tokens=300)))
+        await asyncio.sleep(0.1)
+        other, _ = build_tiny(seed=5)
+        assert p.update_weights(other.state_dict()) == 1 and p.version == 1
+        after = (await p.engine.generate(prompt, greedy))[0]
+        assert before.policy_version == 0 and after.policy_version == 1
+        assert after.ids != before.ids
+        in_flight = (await long)[0]
+        assert in_flight.policy_version == 0 and len(in_flight.ids) == 300  # finished across the update
+    finally:
+        p.close()
+
+
+def test_a_prompt_longer_than_the_context_is_refused(policy):
+    import pytest
+
+    with pytest.raises(ValueError, match="context is 4096"):
+        policy.engine.submit([1] * 5000, SamplingParams())
+
+
+def test_closing_fails_pending_requests_instead_of_hanging():
+    from harnessrl.policy import Policy
+
+    p = Policy.load("tiny")
+    future = p.engine.submit(_prompts(p, 1)[0], SamplingParams(max_tokens=100_000))
+    time.sleep(0.05)
+    p.close()
+    assert future.exception(timeout=5) is not None

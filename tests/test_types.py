@@ -1,0 +1,44 @@
+import pytest
+from pydantic import ValidationError
+
+from harnessrl.types import Call, Episode, Outcome, RewardBreakdown, Task
+
+
+def _episode() -> Episode:
+    calls = [
+        Call(prompt_ids=[1, 2, 3], completion_ids=[4, 5], sampled_logprobs=[-0.1, -1e-30], policy_version=3),
+        Call(
+            agent="searcher", prompt_ids=[1, 2, 3, 4, 5, 6], completion_ids=[7], sampled_logprobs=[-2.718281828459045],
+            policy_version=4, trainable=False, finish_reason="tool_calls", extends_call=0, tool_call_error="bad JSON",
+        ),
+    ]  # fmt: skip
+    return Episode(
+        task=Task(id="t1", prompt="Où est Zoë? 🌍", data={"answer": "Paris", "hops": 2}, split="test"),
+        calls=calls,
+        outcome=Outcome(answer="Paris", success=True, info={"docs": ["d1"]}),
+        reward=RewardBreakdown(total=0.7000000000000001, terms={"f_beta": 0.5, "bonus": 0.2}, weights={"f_beta": 0.7}),
+        metrics={"turns": 2.0, "critical_steps": 1.5},
+        status="failed",
+        failure_reason="timeout after 30 s",
+    )
+
+
+def test_episode_round_trips_through_one_json_line_exactly():
+    episode = _episode()
+    line = episode.to_json()
+    assert "\n" not in line
+    again = Episode.from_json(line)
+    assert again == episode
+    assert again.calls[0].sampled_logprobs[1] == -1e-30  # floats bit-exact, not rounded
+    assert again.to_json() == line
+
+
+def test_logprobs_must_align_with_completion_ids():
+    with pytest.raises(ValidationError, match="sampled_logprobs has 1 entries but completion_ids has 2"):
+        Call(prompt_ids=[1], completion_ids=[2, 3], sampled_logprobs=[-0.5], policy_version=0)
+
+
+def test_a_typo_in_a_trace_line_names_the_field():
+    line = _episode().to_json().replace('"outcome"', '"outcom"')
+    with pytest.raises(ValidationError, match="outcom"):
+        Episode.from_json(line)
