@@ -21,7 +21,7 @@ def _reference_logprobs(model, prompt: list[int], completion: list[int]) -> torc
 
 async def test_batched_sampling_records_the_logprobs_the_model_assigns(policy):
     prompts = _prompts(policy, 12)
-    params = [SamplingParams(max_tokens=8 + 5 * i, seed=i) for i in range(12)]  # rows leave at different steps
+    params = [SamplingParams(max_tokens=8 + 5 * i, seed=i, ignore_eos=True) for i in range(12)]  # rows leave at different steps
     done = await asyncio.gather(*(policy.engine.generate(p, s) for p, s in zip(prompts, params)))
     for prompt, (completion,), param in zip(prompts, done, params):
         assert len(completion.ids) == param.max_tokens and completion.finish_reason == "length"
@@ -31,7 +31,7 @@ async def test_batched_sampling_records_the_logprobs_the_model_assigns(policy):
 
 async def test_greedy_in_a_batch_equals_greedy_alone(policy):
     prompts = _prompts(policy, 6)
-    greedy = SamplingParams(temperature=0, max_tokens=12)
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     batched = await asyncio.gather(*(policy.engine.generate(p, greedy) for p in prompts))
     model, _ = build_tiny(seed=0)
     for prompt, (completion,) in zip(prompts, batched):
@@ -53,9 +53,9 @@ async def test_a_seed_gives_the_same_tokens_whatever_shares_the_batch(policy):
 
 async def test_a_short_request_joins_and_leaves_while_a_long_one_runs(policy):
     prompts = _prompts(policy, 2)
-    long = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=400)))
+    long = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=400, ignore_eos=True)))
     await asyncio.sleep(0.2)  # the long request is decoding by now
-    short = await policy.engine.generate(prompts[1], SamplingParams(max_tokens=5))
+    short = await policy.engine.generate(prompts[1], SamplingParams(max_tokens=5, ignore_eos=True))
     assert not long.done(), "continuous batching: the short request must not wait for the long one"
     assert len(short[0].ids) == 5
     assert len((await long)[0].ids) == 400
@@ -63,11 +63,11 @@ async def test_a_short_request_joins_and_leaves_while_a_long_one_runs(policy):
 
 async def test_stop_strings_and_eos_end_a_completion(policy):
     prompt = _prompts(policy, 1)[0]
-    free = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30)))[0]
+    free = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)))[0]
     text = policy.decode(free.ids)
     stop = text[10:13]
     assert stop.strip(), f"pick a visible stop string from {text!r}"
-    stopped = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop])))[0]
+    stopped = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop], ignore_eos=True)))[0]
     assert stopped.finish_reason == "stop" and stopped.stop_text == stop
     assert stop in policy.decode(stopped.ids) and stopped.ids == free.ids[: len(stopped.ids)]
     eos_only = policy.engine.eos_ids
@@ -87,7 +87,7 @@ async def test_weight_updates_bump_the_version_and_change_what_is_sampled():
         prompt = _prompts(p, 1)[0]
         greedy = SamplingParams(temperature=0, max_tokens=10)
         before = (await p.engine.generate(prompt, greedy))[0]
-        long = asyncio.ensure_future(p.engine.generate(prompt, SamplingParams(max_tokens=300)))
+        long = asyncio.ensure_future(p.engine.generate(prompt, SamplingParams(max_tokens=300, ignore_eos=True)))
         await asyncio.sleep(0.1)
         other, _ = build_tiny(seed=5)
         assert p.update_weights(other.state_dict()) == 1 and p.version == 1
@@ -111,7 +111,7 @@ def test_closing_fails_pending_requests_instead_of_hanging():
     from harnessrl.policy import Policy
 
     p = Policy.load("tiny")
-    future = p.engine.submit(_prompts(p, 1)[0], SamplingParams(max_tokens=100_000))
+    future = p.engine.submit(_prompts(p, 1)[0], SamplingParams(max_tokens=100_000, ignore_eos=True))
     time.sleep(0.05)
     p.close()
     assert future.exception(timeout=5) is not None

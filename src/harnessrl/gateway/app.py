@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
 from harnessrl.gateway.prompts import Turn, build_prompt
@@ -46,8 +47,7 @@ def create_app(
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
-    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None)
-    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None, max_body_size=max_request_bytes)
     store = EpisodeStore()
     app.state.store, app.state.policy = store, policy
 
@@ -55,13 +55,18 @@ def create_app(
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error_response(exc.status, exc.message, exc.param, exc.code)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = "request_too_large" if exc.status_code == 413 else None
+        return _error_response(exc.status_code, str(exc.detail), None, code)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         param = ".".join(str(p) for p in first["loc"] if p != "body") or None
         return _error_response(400, f"{param or 'body'}: {first['msg']}", param, first["type"])
 
-    def caller(request: Request) -> Caller:
+    async def caller(request: Request) -> Caller:
         header = request.headers.get("authorization", "")
         if not header.lower().startswith("bearer "):
             raise APIError(401, "missing API key: send Authorization: Bearer KEY", code="invalid_api_key")
@@ -73,12 +78,12 @@ def create_app(
             raise APIError(401, "invalid API key", code="invalid_api_key")
         return Caller(False, record)
 
-    def admin(who: Caller = Depends(caller)) -> Caller:
+    async def admin(who: Caller = Depends(caller)) -> Caller:
         if not who.admin:
             raise APIError(403, "this route needs the admin key", code="forbidden")
         return who
 
-    def episode_of(episode_id: str, who: Caller = Depends(caller)) -> EpisodeRecord:
+    async def episode_of(episode_id: str, who: Caller = Depends(caller)) -> EpisodeRecord:
         if not who.admin and who.record.episode.id != episode_id:
             raise APIError(403, "an episode key reaches only its own episode", code="forbidden")
         record = store.get(episode_id)
@@ -145,6 +150,7 @@ def create_app(
             max_tokens=min(body.max_completion_tokens or body.max_tokens or default_max_tokens, room),
             stop=body.stops(),
             seed=body.seed,
+            ignore_eos=body.ignore_eos,
         )
         started = time.time()
         completions = await policy.engine.generate(prompt_ids, params, body.n)
@@ -231,37 +237,3 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
     kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}.get(status, "invalid_request_error")
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
-
-
-class BodyLimit:
-    """ASGI middleware: refuse bodies over `limit` bytes with 413 before the app reads them."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        chunks, size, more = [], 0, True
-        if declared is None or int(declared) <= self.limit:
-            while more:  # read the whole body (chunked bodies too) up to the limit
-                message = await receive()
-                if message["type"] != "http.request":
-                    break
-                chunks.append(message.get("body", b""))
-                size += len(chunks[-1])
-                more = message.get("more_body", False) and size <= self.limit
-        if declared is not None and int(declared) > self.limit or size > self.limit:
-            response = _error_response(413, f"request body is over {self.limit} bytes", None, "request_too_large")
-            return await response(scope, receive, send)
-        body, sent = b"".join(chunks), False
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)

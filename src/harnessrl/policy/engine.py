@@ -17,6 +17,7 @@ The engine knows token ids only: no chat templates, no HTTP, no episodes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -26,6 +27,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from harnessrl.policy.sampling import sample_next
 
@@ -37,6 +39,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    ignore_eos: bool = False  # run to max_tokens (benchmarks, fixed-length tests), as vLLM's option
 
 
 @dataclass
@@ -155,7 +158,7 @@ class Engine:
 
     def _reset_batch(self) -> None:
         self._rows: list[_Row] = []
-        self._kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, each (B, H, T, D)
+        self._cache: Cache | None = None  # per layer keys / values (B, H, T, D)
         self._mask = torch.zeros(0, 0, dtype=torch.long)  # (B, T) 1 = real token
         self._last = torch.zeros(0, dtype=torch.long)  # (B,) sampled, not yet in the cache
 
@@ -170,15 +173,15 @@ class Engine:
         for r in new:
             r.version = self.version
         first = self._sample(new, out.logits[:, -1])
-        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        kv = _kv(cache)
         if self._rows:
             total = max(self._mask.shape[1], width)
             kv = [
                 (torch.cat([_left_pad(k0, total), _left_pad(k1, total)]), torch.cat([_left_pad(v0, total), _left_pad(v1, total)]))
-                for (k0, v0), (k1, v1) in zip(self._kv, kv)
+                for (k0, v0), (k1, v1) in zip(_kv(self._cache), kv)
             ]
             mask = torch.cat([_left_pad(self._mask, total), _left_pad(mask, total)])
-        self._rows, self._kv, self._mask = self._rows + new, kv, mask
+        self._rows, self._cache, self._mask = self._rows + new, _slab_cache(kv), mask
         self._last = torch.cat([self._last, first])
         self._evict_finished()
 
@@ -186,9 +189,7 @@ class Engine:
         """Feed every row its last sampled token; sample the next one."""
         self._mask = torch.cat([self._mask, torch.ones(len(self._rows), 1, dtype=torch.long)], dim=1)
         positions = torch.tensor([[len(r.prompt) + len(r.ids) - 1] for r in self._rows])
-        cache = DynamicCache(ddp_cache_data=self._kv)
-        out = self.model(input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=cache)
-        self._kv = [(layer.keys, layer.values) for layer in cache.layers]
+        out = self.model(input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=self._cache)
         self._last = self._sample(self._rows, out.logits[:, -1])
         self._evict_finished()
 
@@ -204,7 +205,7 @@ class Engine:
 
     def _finished(self, r: _Row) -> Completion | None:
         reason, stop_text = None, None
-        if r.ids[-1] in self.eos_ids:
+        if r.ids[-1] in self.eos_ids and not r.params.ignore_eos:
             reason = "stop"
         elif r.params.stop and (stop_text := self._stop_hit(r)):
             reason = "stop"
@@ -233,9 +234,48 @@ class Engine:
         self._mask = self._mask[index]
         start = int(self._mask.any(0).nonzero()[0])  # drop columns that are padding in every row
         self._mask = self._mask[:, start:]
-        self._kv = [(k[index, :, start:], v[index, :, start:]) for k, v in self._kv]
+        self._cache = _slab_cache([(k[index, :, start:], v[index, :, start:]) for k, v in _kv(self._cache)])
         self._rows = [self._rows[i] for i in keep]
         self._last = self._last[index]
+
+
+class _SlabLayer(DynamicLayer):
+    """A cache layer whose keys / values are views of larger slabs: a decode step writes its new
+    key and value in place instead of concatenating (DynamicLayer copies the whole cache per step)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int = 128):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self._length = keys.shape[2]
+        self._slabs = [_with_room(keys, self._length + room), _with_room(values, self._length + room)]
+        self._view()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        end = self._length + key_states.shape[2]
+        if end > self._slabs[0].shape[2]:
+            self._slabs = [_with_room(slab[:, :, : self._length], 2 * end) for slab in self._slabs]
+        self._slabs[0][:, :, self._length : end] = key_states
+        self._slabs[1][:, :, self._length : end] = value_states
+        self._length = end
+        self._view()
+        return self.keys, self.values
+
+    def _view(self) -> None:
+        self.keys, self.values = (slab[:, :, : self._length] for slab in self._slabs)
+
+
+def _with_room(x: torch.Tensor, capacity: int) -> torch.Tensor:
+    slab = x.new_empty(x.shape[0], x.shape[1], capacity, x.shape[3])
+    slab[:, :, : x.shape[2]] = x
+    return slab
+
+
+def _slab_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
+    return Cache(layers=[_SlabLayer(k, v) for k, v in kv])
+
+
+def _kv(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
@@ -251,4 +291,4 @@ def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
 def _for_choice(params: SamplingParams, i: int) -> SamplingParams:
     if params.seed is None or i == 0:
         return params
-    return SamplingParams(params.temperature, params.top_p, params.max_tokens, list(params.stop), params.seed + i)
+    return dataclasses.replace(params, seed=params.seed + i)

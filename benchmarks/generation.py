@@ -1,0 +1,105 @@
+"""Generation throughput: continuous batching vs one request at a time, and the gateway's overhead.
+
+    python benchmarks/generation.py [--requests 32] [--max-tokens 64] [--repeats 3]
+
+Same 32 seeded chat requests, the tiny model, every completion max_tokens long (ignore_eos), measured
+in one run:
+  sequential  the engine, one request at a time
+  batched     the engine, all requests concurrently (they share forward passes)
+  gateway     the same concurrent requests through the gateway over real HTTP on 127.0.0.1 with the
+              official openai client, each in its own recorded episode
+batched_vs_sequential = batched tok/s / sequential tok/s; gateway_overhead = gateway seconds per
+token / batched seconds per token - 1. Medians over repeats. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
+from harnessrl.policy import Policy, SamplingParams
+
+ADMIN = "bench-admin-key"
+
+
+def _requests(n: int) -> list[list[dict]]:
+    topics = ["the river", "a city", "the weather", "a book", "the market", "an old bridge", "the festival", "a garden"]
+    return [[{"role": "system", "content": "You are a helpful assistant."},
+             {"role": "user", "content": f"Tell me about {topics[i % 8]} number {i}, briefly."}] for i in range(n)]  # fmt: skip
+
+
+async def _engine(policy: Policy, prompts: list[list[int]], max_tokens: int, concurrent: bool) -> tuple[float, int]:
+    params = [SamplingParams(max_tokens=max_tokens, seed=i, ignore_eos=True) for i in range(len(prompts))]
+    start = time.perf_counter()
+    if concurrent:
+        done = await asyncio.gather(*(policy.engine.generate(p, s) for p, s in zip(prompts, params)))
+    else:
+        done = [await policy.engine.generate(p, s) for p, s in zip(prompts, params)]
+    return time.perf_counter() - start, sum(len(c[0].ids) for c in done)
+
+
+async def _gateway(gateway: GatewayClient, conversations: list[list[dict]], max_tokens: int) -> tuple[float, int]:
+    keys = [(await gateway.create_episode())[1] for _ in conversations]
+    clients = [gateway.openai(k) for k in keys]
+    start = time.perf_counter()
+    responses = await asyncio.gather(*(
+        c.chat.completions.create(model="tiny", messages=m, max_tokens=max_tokens, seed=i, extra_body={"ignore_eos": True})
+        for i, (c, m) in enumerate(zip(clients, conversations))
+    ))  # fmt: skip
+    elapsed = time.perf_counter() - start
+    for c in clients:
+        await c.close()
+    return elapsed, sum(r.usage.completion_tokens for r in responses)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    policy = Policy.load("tiny")
+    conversations = _requests(args.requests)
+    prompts = [policy.encode(policy.render(m, None, True)) for m in conversations]
+    await _engine(policy, prompts[:4], 8, concurrent=True)  # warm up
+    rates: dict[str, list[float]] = {"sequential": [], "batched": [], "gateway": []}
+    with BackgroundServer(create_app(policy, ADMIN)) as server:
+        gateway = GatewayClient(ADMIN, base_url=server.base_url)
+        await _gateway(gateway, conversations[:4], 8)  # warm up
+        for _ in range(args.repeats):
+            for name, run in (
+                ("sequential", lambda: _engine(policy, prompts, args.max_tokens, concurrent=False)),
+                ("batched", lambda: _engine(policy, prompts, args.max_tokens, concurrent=True)),
+                ("gateway", lambda: _gateway(gateway, conversations, args.max_tokens)),
+            ):
+                seconds, tokens = await run()
+                rates[name].append(tokens / seconds)
+                print(f"{name:>10}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:,.0f} tok/s")
+        await gateway.aclose()
+    policy.close()
+
+    tok_s = {k: statistics.median(v) for k, v in rates.items()}
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); {args.requests} requests x {args.max_tokens} tokens, tiny model"
+    )
+    print(json.dumps({
+        "batched_vs_sequential": round(tok_s["batched"] / tok_s["sequential"], 2),
+        "gateway_overhead": round(tok_s["batched"] / tok_s["gateway"] - 1, 4),
+        "sequential_tok_s": round(tok_s["sequential"]),
+        "batched_tok_s": round(tok_s["batched"]),
+        "gateway_tok_s": round(tok_s["gateway"]),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

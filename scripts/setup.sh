@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Create .venv and install harnessrl with its test extra. torch is installed first and pinned, so pip
+# takes the CPU wheel instead of a multi-GB CUDA build (GPU users: install your torch, then `pip install -e .`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+echo "harnessrl installed in $(pwd)/.venv"

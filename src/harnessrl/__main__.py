@@ -1,0 +1,3 @@
+from harnessrl.cli import app
+
+app(prog_name="harnessrl")

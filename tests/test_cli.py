@@ -1,0 +1,57 @@
+"""End to end, as a new user would: `harnessrl serve` in one process, an agent in another."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_and_an_example_agent_over_http(tmp_path):
+    port = _free_port()
+    log = open(tmp_path / "serve.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", str(port), "--admin-key", "cli-admin-key"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "weather_agent.py"), "--base-url", f"http://127.0.0.1:{port}", "--admin-key", "cli-admin-key"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["calls"] == 5 and summary["token_exact"] is True
+        assert summary["prompt_tokens"] == sorted(summary["prompt_tokens"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_path):
+    run = [sys.executable, "-m", "harnessrl"]
+    done = subprocess.run([*run, "save-model", str(tmp_path / "tiny")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "tiny").iterdir()}
+    bad = subprocess.run([*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not 'tiny' and not a folder with a config.json" in bad.stderr
