@@ -197,3 +197,20 @@ async def test_models_lists_the_policy(gateway):
     _, key = await gateway.create_episode()
     models = await gateway.openai(key).models.list()
     assert [m.id for m in models.data] == ["tiny"]
+
+
+async def test_tool_choice_forces_a_call_and_the_next_turn_still_extends_it(gateway, tool_policy):
+    episode_id, key = await gateway.create_episode()
+    client = gateway.openai(key)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice=named, temperature=0)
+    call = r.choices[0].message.tool_calls[0]
+    assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    r2 = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=30)
+    first, second = (await gateway.episode(episode_id)).calls
+    marker = tool_policy.encode("<tool_call>")
+    assert first.prompt_ids[-len(marker) :] == marker  # forced: in the prompt, so never trained on
+    assert second.prompt_ids[-len(marker) :] == marker and second.extends_call == 0 and _extends(second, first)
+    assert r2.choices[0].message.tool_calls or second.tool_call_error

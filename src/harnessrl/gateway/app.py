@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
@@ -110,8 +110,8 @@ def create_app(
         return {"data": [{"id": i, "status": store.get(i).episode.status} for i in store.ids()]}
 
     @app.get("/v1/episodes/{episode_id}")
-    async def get_episode(record: EpisodeRecord = Depends(episode_of)) -> dict:
-        return record.episode.model_dump(mode="json")
+    async def get_episode(record: EpisodeRecord = Depends(episode_of)) -> Response:
+        return _episode_response(record.episode)
 
     @app.delete("/v1/episodes/{episode_id}")
     async def delete_episode(episode_id: str, _: Caller = Depends(admin)) -> dict:
@@ -120,15 +120,15 @@ def create_app(
         return {"id": episode_id, "deleted": True}
 
     @app.post("/v1/episodes/{episode_id}/finish")
-    async def finish_episode(body: EpisodeFinish, record: EpisodeRecord = Depends(episode_of)) -> dict:
+    async def finish_episode(body: EpisodeFinish, record: EpisodeRecord = Depends(episode_of)) -> Response:
         if record.episode.status != "running":
             raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
         episode = record.episode
         episode.outcome, episode.status, episode.failure_reason = body.outcome, body.status, body.failure_reason
-        return episode.model_dump(mode="json")
+        return _episode_response(episode)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> dict:
+    async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> JSONResponse:
         record = who.record
         if record is not None and record.episode.status != "running":
             raise APIError(409, f"episode is {record.episode.status}; create a new one", code="episode_finished")
@@ -167,7 +167,7 @@ def create_app(
                 record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity()))
             choices.append(_choice(policy, index, message, finish, completion if body.logprobs else None))
         completion_tokens = sum(len(c.ids) for c in completions)
-        return {
+        return JSONResponse({
             "id": "chatcmpl-" + secrets.token_hex(12),
             "object": "chat.completion",
             "created": int(started),
@@ -179,7 +179,7 @@ def create_app(
                 "completion_tokens": completion_tokens,
                 "total_tokens": len(prompt_ids) + completion_tokens,
             },
-        }
+        })  # fmt: skip
 
     return app
 
@@ -232,6 +232,11 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
             ]
         }
     return out
+
+
+def _episode_response(episode) -> Response:
+    # pydantic serialises the long id lists itself; FastAPI's jsonable_encoder would walk them in Python
+    return Response(episode.model_dump_json(), media_type="application/json")
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
