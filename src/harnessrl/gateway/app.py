@@ -63,8 +63,14 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return _error_response(400, f"body is not valid JSON: {first['msg']}", None, "json_invalid")
         param = ".".join(str(p) for p in first["loc"] if p != "body") or None
         return _error_response(400, f"{param or 'body'}: {first['msg']}", param, first["type"])
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        return _error_response(500, f"{type(exc).__name__}: {exc}", None, "internal_error")
 
     async def caller(request: Request) -> Caller:
         header = request.headers.get("authorization", "")
@@ -240,5 +246,6 @@ def _episode_response(episode) -> Response:
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
-    kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}.get(status, "invalid_request_error")
+    kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 500: "server_error"}
+    kind = kinds.get(status, "invalid_request_error")
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
