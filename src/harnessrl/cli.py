@@ -31,6 +31,7 @@ def serve(
     max_batch: int = typer.Option(64, help="most sequences decoded in one forward pass"),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="larger request bodies get 413"),
     default_max_tokens: int = typer.Option(512, help="max_tokens when a request gives none"),
+    log_level: str = typer.Option("info", help="uvicorn log level; 'info' logs every request"),
 ) -> None:
     """Serve the policy behind the OpenAI-compatible gateway and record episodes."""
     import uvicorn
@@ -44,7 +45,7 @@ def serve(
     gateway = create_app(policy, admin_key, max_request_bytes=max_request_bytes, default_max_tokens=default_max_tokens)
     console.print(f"serving [bold]{policy.name}[/] on http://{host}:{port}/v1 (policy_version {policy.version})")
     try:
-        uvicorn.run(gateway, host=host, port=port, log_level="warning")
+        uvicorn.run(gateway, host=host, port=port, log_level=log_level)
     finally:
         policy.close()
 

@@ -1,0 +1,61 @@
+"""Trainer configuration, validated once; every field has a default that runs on the embedded setup."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harnessrl.train.advantages import AdvantageKind
+from harnessrl.train.losses import Aggregation
+
+
+class LoraConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(default=16, ge=1, description="adapter rank")
+    alpha: int = Field(default=32, ge=1, description="scaling numerator (scale = alpha / r)")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="module names that get adapters",
+    )
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # advantages
+    advantage: AdvantageKind = Field(default="grpo", description="grpo (mean/std), drgrpo (mean only), rloo (leave-one-out)")
+    dynamic_sampling: bool = Field(default=True, description="drop groups whose rewards are all equal (counted)")
+    # loss
+    loss: Literal["ppo", "cispo"] = Field(default="ppo", description="PPO/GRPO clipped surrogate, or CISPO")
+    eps_low: float = Field(default=0.2, ge=0, le=1, description="lower clip: ratio >= 1 - eps_low")
+    eps_high: float = Field(default=0.28, ge=0, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
+    aggregation: Aggregation = Field(default="token", description="token (DAPO), sequence (GRPO), constant (Dr.GRPO)")
+    norm_tokens: int = Field(default=1024, ge=1, description="the constant aggregation's tokens per sequence")
+    off_policy: Literal["behaviour", "decoupled"] = Field(
+        default="behaviour", description="ratio against the sampled logprobs, or against the proximal policy"
+    )
+    is_cap: float | None = Field(
+        default=3.0, gt=1, description="behaviour: dual-clip bound for A < 0; decoupled: truncated IS weight cap"
+    )
+    kl: Literal["none", "k1", "k3"] = Field(default="none", description="KL-to-reference estimator")
+    kl_coef: float = Field(default=0.0, ge=0, description="weight of the KL term")
+    # optimisation
+    lr: float = Field(default=1e-4, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(default=1.0, gt=0, description="max global grad norm; None disables")
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(default=0, ge=0)
+    total_steps: int = Field(default=1000, ge=1, description="steps over which linear / cosine decay to 0")
+    token_budget: int = Field(default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)")
+    lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
+    bf16: bool = Field(default=False, description="bf16 autocast for forward/backward (faster on CPUs with bf16)")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _kl_needs_both(self) -> TrainConfig:
+        if (self.kl == "none") != (self.kl_coef == 0):
+            raise ValueError("kl and kl_coef go together: set both (e.g. kl: k3, kl_coef: 0.01) or neither")
+        return self

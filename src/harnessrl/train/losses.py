@@ -1,0 +1,115 @@
+"""Policy-gradient losses, per token, and how they are aggregated over a batch. Pure tensor functions.
+
+Shapes: (B, T) everywhere, aligned so that position t scores token ids[:, t + 1] (see
+`token_logprobs`). `mask` is 1 on tokens that carry loss.
+
+Off-policy: `anchor_logp` is the log-probability the ratio is taken against. In "behaviour" mode it
+is the logprob recorded when the token was sampled, so one code path serves synchronous and
+asynchronous (stale) rollouts. In "decoupled" mode (Hilton et al. 2022, "Batch size-invariance for
+policy optimization"; AReaL) it is the proximal policy's logprob (the trainer's weights before this
+update, no grad) and each token is re-weighted by the truncated importance weight
+min(pi_prox / pi_behaviour, cap) (truncated IS as in Yao et al. 2025, "Your efficient RL framework
+secretly brings you off-policy RL training").
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Aggregation = Literal["token", "sequence", "constant"]
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1])."""
+    logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, T-1, V)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    anchor_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    dual_clip: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO-clip (Schulman et al. 2017) as GRPO applies it per token; returns (loss, ratio).
+
+    loss = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), r = exp(logp - anchor_logp).
+    Departures: the clip range is asymmetric (DAPO, Yu et al. 2025, "clip-higher": eps_high > eps_low
+    leaves room for unlikely tokens to grow); `dual_clip` (Ye et al. 2020) bounds the objective at
+    dual_clip * A when A < 0, so a stale token with a huge ratio cannot dominate the batch.
+    """
+    ratio = torch.exp(logp - anchor_logp)
+    objective = torch.minimum(ratio * advantages, ratio.clamp(1 - eps_low, 1 + eps_high) * advantages)
+    if dual_clip is not None:
+        objective = torch.where(advantages < 0, torch.maximum(objective, dual_clip * advantages), objective)
+    return -objective, ratio
+
+
+def cispo_loss(
+    logp: torch.Tensor,
+    anchor_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float = 1.0,
+    eps_high: float = 0.28,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax-M1, 2025): loss = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A logp; returns (loss, ratio).
+
+    The importance weight is clipped and detached instead of the update being clipped away, so
+    every token keeps a gradient (PPO zeroes it outside the trust region). MiniMax clips only from
+    above; eps_low = 1 (the default) reproduces that.
+    """
+    ratio = torch.exp(logp - anchor_logp)
+    weight = ratio.clamp(1 - eps_low, 1 + eps_high).detach()
+    return -weight * advantages * logp, ratio
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k3"]) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimates on tokens sampled from pi (Schulman 2020, "Approximating KL").
+
+    k1 = log pi - log pi_ref (unbiased, can be negative); k3 = exp(-k1) + k1 - 1 (unbiased for the
+    value, always >= 0, lower variance; the estimator GRPO uses).
+    """
+    k1 = logp - ref_logp
+    if kind == "k1":
+        return k1
+    if kind == "k3":
+        return torch.exp(-k1) + k1 - 1
+    raise ValueError(f"unknown KL estimator {kind!r}")
+
+
+def truncated_is_weight(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """min(pi_prox / pi_behaviour, cap), detached: the decoupled objective's per-token weight."""
+    weight = torch.exp(prox_logp - behaviour_logp).detach()
+    return weight if cap is None else weight.clamp(max=cap)
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    how: Aggregation,
+    num_sequences: int,
+    num_tokens: int,
+    norm_tokens: int = 1024,
+) -> torch.Tensor:
+    """Reduce a micro-batch's per-token loss with normalisers counted over the whole batch.
+
+    The normalisers are global so gradient accumulation over micro-batches equals one big batch.
+    token     sum / (loss tokens in the batch): every token weighs the same (DAPO).
+    sequence  mean over tokens within each sequence, then sum / (sequences in the batch): the
+              original GRPO, which favours short answers (Liu et al. 2025).
+    constant  sum / (sequences x norm_tokens): Dr.GRPO's length-unbiased constant normaliser.
+    """
+    masked = per_token * mask
+    if how == "token":
+        return masked.sum() / max(num_tokens, 1)
+    if how == "sequence":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / max(num_sequences, 1)
+    if how == "constant":
+        return masked.sum() / (max(num_sequences, 1) * norm_tokens)
+    raise ValueError(f"unknown aggregation {how!r}")

@@ -1,0 +1,60 @@
+"""From an episode's recorded calls to training sequences with loss masks.
+
+A call whose prompt begins with an open sequence's ids (the previous turn's prompt + completion,
+as the gateway records it) is merged into that sequence: the new prompt tokens (tool results, user
+turns, template glue) are appended with mask 0 and the completion with mask 1. A call that extends
+nothing (after a prune or a summary) starts a new sequence. Only sampled tokens of trainable calls
+carry loss: never prompt, tool or user tokens, never a frozen sub-agent's completion. Sequences with
+no loss token are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harnessrl.types import Episode
+
+
+@dataclass
+class Sequence:
+    ids: list[int]
+    loss_mask: list[int]  # 1 where the token was sampled by a trainable call
+    sampled_logprobs: list[float]  # behaviour logprob of each sampled token; 0.0 elsewhere
+    versions: list[int]  # policy_version that sampled each token; -1 where not sampled
+    advantage: float = 0.0
+    episode_id: str = ""
+    calls: list[int] = field(default_factory=list)  # indices of the calls merged here
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence]:
+    """The training sequences of one episode, each carrying the episode's advantage."""
+    sequences: list[Sequence] = []
+    for index, call in enumerate(episode.calls):
+        seq = _extended(sequences, call.prompt_ids)
+        if seq is None:
+            seq = Sequence([], [], [], [], advantage, episode.id)
+            sequences.append(seq)
+        new_prompt = call.prompt_ids[len(seq.ids) :]
+        seq.ids += new_prompt + call.completion_ids
+        seq.loss_mask += [0] * len(new_prompt) + [int(call.trainable)] * len(call.completion_ids)
+        seq.sampled_logprobs += [0.0] * len(new_prompt) + list(call.sampled_logprobs)
+        seq.versions += [-1] * len(new_prompt) + [call.policy_version] * len(call.completion_ids)
+        seq.calls.append(index)
+    return [s for s in sequences if s.loss_tokens]
+
+
+def _extended(sequences: list[Sequence], prompt: list[int]) -> Sequence | None:
+    """The longest open sequence whose ids begin `prompt`; the latest one on a tie."""
+    best = None
+    for seq in sequences:
+        if len(seq.ids) <= len(prompt) and prompt[: len(seq.ids)] == seq.ids:
+            if best is None or len(seq.ids) >= len(best.ids):
+                best = seq
+    return best

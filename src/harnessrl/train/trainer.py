@@ -1,0 +1,333 @@
+"""The trainer: scored groups of episodes in, one optimizer step, new weights out to the policy.
+
+`rl_step(groups)` reads top to bottom: advantages, sequences, micro-batches, loss with gradient
+accumulation, optimizer step, weight push, log. `sft_step(episodes)` shares everything after the
+sequences, with the negative log-likelihood of the sampled tokens as its loss. The trainer keeps its
+own copy of the weights, so the policy keeps sampling while it trains; `push` copies them over and
+the policy's version goes up by one.
+
+It knows episodes, sequences and losses; it knows nothing about HTTP, harnesses or where rewards
+came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from harnessrl.policy import Policy
+from harnessrl.train import losses
+from harnessrl.train.advantages import group_advantages, is_degenerate
+from harnessrl.train.checkpoint import load_state, save_checkpoint
+from harnessrl.train.config import TrainConfig
+from harnessrl.train.sequences import Sequence, episode_sequences
+from harnessrl.types import Episode
+
+
+class Trainer:
+    def __init__(self, model, tokenizer, config: TrainConfig | None = None, run_dir: Path | None = None, policy: Policy | None = None):
+        self.config = config = config or TrainConfig()
+        torch.manual_seed(config.seed)
+        random.seed(config.seed)
+        self.tokenizer, self.policy, self.run_dir = tokenizer, policy, run_dir
+        self.model = copy.deepcopy(model).train()
+        self._plain = None  # a plain copy to write merged LoRA weights into
+        if config.lora is not None:
+            import peft
+
+            self._plain = copy.deepcopy(model).eval()
+            lora = config.lora
+            self.model = peft.get_peft_model(
+                self.model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules)
+            )
+        self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl != "none" else None
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_factor(config))
+        self.step = 0
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- steps -----------------------------------------------------------------------------
+
+    def rl_step(self, groups: list[list[Episode]], extra: dict[str, float] | None = None) -> dict[str, float]:
+        """One policy-gradient update on groups of scored episodes (each group: one task, G episodes)."""
+        # advantages
+        kept, dropped, rewards = [], 0, []
+        for group in groups:
+            scores = [_reward(e) for e in group]
+            rewards += scores
+            if self.config.dynamic_sampling and is_degenerate(scores):
+                dropped += 1
+                continue
+            kept += list(zip(group, group_advantages(scores, self.config.advantage)))
+        # sequences
+        sequences = [s for episode, adv in kept for s in episode_sequences(episode, adv)]
+        metrics = {
+            "rollout/groups": len(groups),
+            "rollout/groups_dropped_equal": dropped,
+            "rollout/episodes": sum(len(g) for g in groups),
+            "rollout/failed": sum(e.status == "failed" for g in groups for e in g),
+            "rollout/sequences": len(sequences),
+            **_reward_metrics([e for g in groups for e in g], rewards),
+            **(extra or {}),
+        }
+        return self._update(sequences, "rl", metrics)
+
+    def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
+        """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
+        sequences = [s for e in episodes for s in episode_sequences(e, 1.0)]
+        return self._update(sequences, "sft", {"rollout/episodes": len(episodes), "rollout/sequences": len(sequences), **(extra or {})})
+
+    def _update(self, sequences: list[Sequence], objective: Literal["rl", "sft"], metrics: dict[str, float]) -> dict[str, float]:
+        cfg, started = self.config, time.perf_counter()
+        micro = [_tensors(mb) for mb in _micro_batches(sequences, cfg.token_budget)]
+        num_sequences, num_tokens = len(sequences), sum(s.loss_tokens for s in sequences)
+        version = self.policy.version if self.policy is not None else -1
+        rl = objective == "rl"
+        prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
+        ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
+
+        # loss, accumulated over micro-batches with batch-wide normalisers
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = _Stats()
+        for i, mb in enumerate(micro):
+            with self._autocast():
+                logits = self.model(input_ids=mb["ids"], attention_mask=mb["attention"]).logits  # (B, T, V)
+            logp, entropy = losses.token_logprobs(logits, mb["ids"])  # (B, T-1)
+            mask = mb["mask"]
+            if not rl:
+                per_token, ratio, weight, kl = -logp, None, None, None
+            else:
+                anchor = prox[i] if prox is not None else mb["behaviour"]
+                if cfg.loss == "ppo":
+                    dual = cfg.is_cap if cfg.off_policy == "behaviour" else None
+                    per_token, ratio = losses.ppo_clip_loss(logp, anchor, mb["advantages"], cfg.eps_low, cfg.eps_high, dual)
+                else:
+                    per_token, ratio = losses.cispo_loss(logp, anchor, mb["advantages"], cfg.eps_low, cfg.eps_high)
+                weight = losses.truncated_is_weight(prox[i], mb["behaviour"], cfg.is_cap) if prox is not None else None
+                if weight is not None:
+                    per_token = per_token * weight
+                kl = losses.kl_penalty(logp, ref[i], cfg.kl) if ref is not None else None
+                if kl is not None:
+                    per_token = per_token + cfg.kl_coef * kl
+            loss = losses.aggregate(per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens)
+            loss.backward()
+            stats.add(loss, logp, entropy, mb, ratio, weight, kl, version, cfg)
+
+        # optimizer step, weight push
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        new_version = self.push()
+
+        # log
+        seconds = time.perf_counter() - started
+        padded = sum(mb["ids"].numel() for mb in micro)
+        metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy"))
+        metrics.update({
+            "step": self.step,
+            "policy_version": new_version,
+            "optim/grad_norm": float(grad_norm),
+            "optim/lr": self.scheduler.get_last_lr()[0],
+            "perf/step_seconds": seconds,
+            "perf/tokens": sum(len(s) for s in sequences),
+            "perf/loss_tokens": num_tokens,
+            "perf/padded_tokens": padded,
+            "perf/tokens_per_s": sum(len(s) for s in sequences) / seconds,
+            "perf/micro_batches": len(micro),
+        })  # fmt: skip
+        self.log(metrics)
+        return metrics
+
+    @torch.no_grad()
+    def _logprobs(self, model, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self._autocast():
+            logits = model(input_ids=mb["ids"], attention_mask=mb["attention"]).logits
+        return losses.token_logprobs(logits, mb["ids"])[0]
+
+    def _autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16) if self.config.bf16 else nullcontext()
+
+    # ---- weights, checkpoints, logs ---------------------------------------------------------
+
+    def plain_state(self) -> dict[str, torch.Tensor]:
+        """The weights under plain Hugging Face names (LoRA adapters merged in)."""
+        if self._plain is None:
+            return self.model.state_dict()
+        self.model.merge_adapter()
+        try:
+            state = {
+                k.replace(".base_layer.", "."): v.detach().clone()
+                for k, v in self.model.get_base_model().state_dict().items()
+                if "lora_" not in k
+            }
+        finally:
+            self.model.unmerge_adapter()
+        return state
+
+    def push(self) -> int:
+        """Copy the trained weights into the serving policy; returns its new version (-1 without one)."""
+        if self.policy is None:
+            return -1
+        return self.policy.update_weights(self.plain_state())
+
+    def write_model(self, folder: Path) -> None:
+        """A Hugging Face folder (safetensors) that transformers and vLLM load as is."""
+        if self._plain is None:
+            self.model.save_pretrained(folder)
+        else:
+            self._plain.load_state_dict(self.plain_state())
+            self._plain.save_pretrained(folder)
+            self.model.save_pretrained(folder / "adapter")
+        self.tokenizer.save_pretrained(folder)
+
+    def save(self, root: Path, cursor: dict[str, Any] | None = None) -> Path:
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "trainable": {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad},
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "cursor": cursor or {},
+            "config": self.config.model_dump(),
+        }
+        return save_checkpoint(root, self.step, self.write_model, state)
+
+    def resume(self, path: Path) -> dict[str, Any]:
+        """Restore weights, optimizer, schedule, step and RNG from a checkpoint; returns its data cursor."""
+        state = load_state(path)
+        named = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["trainable"].items():
+                named[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        self.push()
+        return state["cursor"]
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        if self.run_dir is not None:
+            with open(self.run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+
+
+class _Stats:
+    """Sums over loss tokens across micro-batches, reported once per update."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.mins: dict[str, float] = {}
+        self.maxs: dict[str, float] = {}
+        self.loss = 0.0
+
+    def _add(self, key: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+        picked = values.detach()[mask.bool()]
+        self.sums[key] = self.sums.get(key, 0.0) + float(picked.sum())
+        self.sums[key + "#n"] = self.sums.get(key + "#n", 0.0) + picked.numel()
+        if picked.numel():
+            self.mins[key] = min(self.mins.get(key, math.inf), float(picked.min()))
+            self.maxs[key] = max(self.maxs.get(key, -math.inf), float(picked.max()))
+
+    def add(self, loss, logp, entropy, mb, ratio, weight, kl, version, cfg) -> None:
+        self.loss += float(loss.detach())
+        mask = mb["mask"]
+        self._add("policy/entropy", entropy, mask)
+        if version >= 0:  # train/sample gap on tokens the current weights sampled
+            same = mask * (mb["versions"] == version)
+            self._add("policy/logprob_gap", (logp.detach() - mb["behaviour"]).abs(), same)
+            self._add("policy/staleness", (version - mb["versions"]).float(), mask)
+        if ratio is not None:
+            self._add("policy/ratio", ratio, mask)
+            self._add("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb["advantages"] < 0)).float(), mask)
+            self._add("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb["advantages"] > 0)).float(), mask)
+        if weight is not None:
+            self._add("policy/is_weight", weight, mask)
+            self._add("policy/is_weight_capped", (weight >= (cfg.is_cap or math.inf)).float(), mask)
+        if kl is not None:
+            self._add("policy/kl", kl, mask)
+
+    def summary(self, prefix: str) -> dict[str, float]:
+        out = {prefix: self.loss}
+        for key, total in self.sums.items():
+            if not key.endswith("#n") and self.sums[key + "#n"]:
+                out[key if key.startswith("policy/") and not key.endswith(("ratio", "is_weight")) else key + "_mean"] = (
+                    total / self.sums[key + "#n"]
+                )
+        for key in ("policy/ratio", "policy/is_weight"):
+            if key in self.mins:
+                out[key + "_min"], out[key + "_max"] = self.mins[key], self.maxs[key]
+        return out
+
+
+def _reward(episode: Episode) -> float:
+    if episode.reward is None:
+        raise ValueError(f"episode {episode.id} has no reward: score it before training")
+    return episode.reward.total
+
+
+def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, float]:
+    if not rewards:
+        return {}
+    r = torch.tensor(rewards)
+    out = {"reward/mean": float(r.mean()), "reward/std": float(r.std(unbiased=False)), "reward/max": float(r.max())}
+    terms: dict[str, list[float]] = {}
+    for e in episodes:
+        for name, value in e.reward.terms.items():
+            terms.setdefault(name, []).append(value)
+    out.update({f"reward/{name}": sum(v) / len(v) for name, v in terms.items()})
+    return out
+
+
+def _micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]]:
+    """Longest first, packed while (rows x longest row) stays within the token budget."""
+    batches: list[list[Sequence]] = []
+    for seq in sorted(sequences, key=len, reverse=True):
+        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget:
+            batches[-1].append(seq)
+        else:
+            batches.append([seq])
+    return batches
+
+
+def _tensors(batch: list[Sequence]) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) ids and attention; the rest (B, T-1), aligned with token_logprobs."""
+    width = max(len(s) for s in batch)
+
+    def pad(rows, value):
+        return [row + [value] * (width - len(row)) for row in rows]
+
+    return {
+        "ids": torch.tensor(pad([s.ids for s in batch], 0)),
+        "attention": torch.tensor(pad([[1] * len(s) for s in batch], 0)),
+        "mask": torch.tensor(pad([s.loss_mask for s in batch], 0))[:, 1:].float(),
+        "behaviour": torch.tensor(pad([s.sampled_logprobs for s in batch], 0.0))[:, 1:],
+        "versions": torch.tensor(pad([s.versions for s in batch], -1))[:, 1:],
+        "advantages": torch.tensor([[s.advantage] for s in batch], dtype=torch.float32),
+    }
+
+
+def _lr_factor(cfg: TrainConfig):
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+        if cfg.schedule == "linear":
+            return 1.0 - progress
+        if cfg.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return factor
