@@ -65,6 +65,38 @@ def save_model(
     console.print(f"wrote {policy.name} to {out}")
 
 
+@app.command()
+def sft(
+    data: Path = typer.Option(..., help="demonstration episodes, one Episode JSON per line"),
+    out: Path = typer.Option(..., help="run folder: metrics.jsonl, checkpoints/, model/"),
+    model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face folder to start from"),
+    epochs: int = typer.Option(1, min=1),
+    batch_episodes: int = typer.Option(16, min=1, help="episodes per optimizer step"),
+    lr: float = typer.Option(3e-4, help="AdamW learning rate"),
+    schedule: str = typer.Option("cosine", help="constant | linear | cosine (decays to 0 at the last step)"),
+    token_budget: int = typer.Option(8192, help="padded tokens per micro-batch"),
+    lora: bool = typer.Option(False, help="train LoRA adapters (peft) instead of all weights"),
+    bf16: bool = typer.Option(False, help="bf16 autocast"),
+    save_every: int = typer.Option(50, min=1, help="checkpoint every N steps (and at the end)"),
+    resume: bool = typer.Option(False, help="continue the run in --out from its newest checkpoint"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Supervised fine-tuning on demonstration episodes, with the RL trainer's masks."""
+    from pydantic import ValidationError
+
+    from harnessrl.policy import PolicyLoadError
+    from harnessrl.train import LoraConfig, TrainConfig
+    from harnessrl.train.sft import TraceLineError, run_sft
+
+    try:
+        config = TrainConfig(lr=lr, schedule=schedule, token_budget=token_budget, bf16=bf16, lora=LoraConfig() if lora else None)
+        metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
+    except (TraceLineError, PolicyLoadError, ValidationError, FileExistsError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"sft done: step {metrics.get('step')}, loss {metrics.get('loss/sft', float('nan')):.4f}; model in {out / 'model'}")
+
+
 def _load_policy(model: str, seed: int, max_batch: int = 64):
     from harnessrl.policy import Policy, PolicyLoadError
 

@@ -37,15 +37,8 @@ class Policy:
     @classmethod
     def load(cls, model: str = "tiny", seed: int = 0, max_batch: int = 64) -> Policy:
         """`tiny` (built in code for `seed`) or the path of a local Hugging Face folder."""
-        if model == "tiny":
-            lm, tokenizer = build_tiny(seed=seed)
-            return cls(lm, tokenizer, "tiny", max_batch)
-        path = Path(model)
-        if not (path / "config.json").is_file():
-            raise PolicyLoadError(f"--model {model}: not 'tiny' and not a folder with a config.json")
-        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        return cls(lm, tokenizer, path.name, max_batch)
+        lm, tokenizer = load_model_and_tokenizer(model, seed)
+        return cls(lm, tokenizer, "tiny" if model == "tiny" else Path(model).name, max_batch)
 
     @property
     def version(self) -> int:
@@ -72,6 +65,18 @@ class Policy:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
+    """`tiny` (built in code for `seed`) or a local Hugging Face folder; fp32, eval mode."""
+    if model == "tiny":
+        return build_tiny(seed=seed)
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        raise PolicyLoadError(f"--model {model}: not 'tiny' and not a folder with a config.json")
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return lm, tokenizer
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -260,15 +260,16 @@ class _Stats:
             self._add("policy/kl", kl, mask)
 
     def summary(self, prefix: str) -> dict[str, float]:
+        """Means over loss tokens; the ratio and IS weight also get their min and max."""
         out = {prefix: self.loss}
         for key, total in self.sums.items():
-            if not key.endswith("#n") and self.sums[key + "#n"]:
-                out[key if key.startswith("policy/") and not key.endswith(("ratio", "is_weight")) else key + "_mean"] = (
-                    total / self.sums[key + "#n"]
-                )
-        for key in ("policy/ratio", "policy/is_weight"):
-            if key in self.mins:
-                out[key + "_min"], out[key + "_max"] = self.mins[key], self.maxs[key]
+            count = self.sums.get(key + "#n", 0)
+            if key.endswith("#n") or not count:
+                continue
+            if key in ("policy/ratio", "policy/is_weight"):
+                out.update({key + "_mean": total / count, key + "_min": self.mins[key], key + "_max": self.maxs[key]})
+            else:
+                out[key] = total / count
         return out
 
 

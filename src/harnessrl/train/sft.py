@@ -1,0 +1,116 @@
+"""Supervised fine-tuning on demonstration episodes (JSONL, one Episode per line), resumable.
+
+Run folder: `metrics.jsonl` (one line per step), `checkpoints/step-NNNNNN/` (Hugging Face folder +
+trainer state, the newest few kept), `model/` (the final weights). A resumed run restores weights,
+optimizer, schedule, RNG and the data cursor from the newest checkpoint and drops the metric lines
+logged after it, so the step sequence continues without a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.train.config import TrainConfig
+from harnessrl.train.trainer import Trainer
+from harnessrl.types import Episode
+
+
+class TraceLineError(ValueError):
+    pass
+
+
+def read_episodes(path: Path) -> list[Episode]:
+    """Every episode of a JSONL file; a bad line raises with its file, line number and field."""
+    episodes = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                episodes.append(Episode.from_json(line))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "line"
+                raise TraceLineError(f"{path}: line {number}: {where}: {first['msg']}") from None
+    if not episodes:
+        raise TraceLineError(f"{path}: no episodes")
+    return episodes
+
+
+def run_sft(
+    data: Path,
+    out: Path,
+    model: str = "tiny",
+    config: TrainConfig | None = None,
+    epochs: int = 1,
+    batch_episodes: int = 16,
+    save_every: int = 50,
+    resume: bool = False,
+    seed: int = 0,
+) -> dict[str, float]:
+    from harnessrl.policy.model import load_model_and_tokenizer
+
+    episodes = read_episodes(data)
+    config = config or TrainConfig(lr=3e-4)
+    steps_per_epoch = math.ceil(len(episodes) / batch_episodes)
+    total = epochs * steps_per_epoch
+    config = config.model_copy(update={"total_steps": total, "seed": seed})
+    lm, tokenizer = load_model_and_tokenizer(model, seed=seed)
+    trainer = Trainer(lm, tokenizer, config, run_dir=out)
+    checkpoints = out / "checkpoints"
+    cursor = {"epoch": 0, "index": 0}
+    if resume and (path := latest_checkpoint(checkpoints)) is not None:
+        cursor = trainer.resume(path)
+        _truncate_metrics(out / "metrics.jsonl", trainer.step)
+    elif (out / "metrics.jsonl").exists():
+        raise FileExistsError(f"{out} already holds a run: pass --resume, or choose another --out")
+
+    metrics: dict[str, float] = {}
+    with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn()) as bar:
+        task = bar.add_task("sft", total=total, completed=trainer.step, loss="-")
+        while trainer.step < total:
+            order = list(range(len(episodes)))
+            random.Random(seed * 1_000_003 + cursor["epoch"]).shuffle(order)
+            batch = [episodes[i] for i in order[cursor["index"] : cursor["index"] + batch_episodes]]
+            cursor = {"epoch": cursor["epoch"], "index": cursor["index"] + batch_episodes}
+            if cursor["index"] >= len(episodes):
+                cursor = {"epoch": cursor["epoch"] + 1, "index": 0}
+            metrics = trainer.sft_step(batch, {"epoch": cursor["epoch"]})
+            bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
+            if trainer.step % save_every == 0 or trainer.step == total:
+                trainer.save(checkpoints, cursor)
+    _publish(trainer, out / "model")
+    return metrics
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the metric lines up to `step`: later ones belong to work the checkpoint does not hold."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError):
+            break  # a line cut by the kill: everything from here on is lost work
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def _publish(trainer: Trainer, folder: Path) -> None:
+    tmp = folder.with_name("." + folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.write_model(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)

@@ -1,0 +1,131 @@
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from harnessrl.policy import Policy
+from harnessrl.policy.tiny import build_tiny
+from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences
+from harnessrl.train.checkpoint import latest_checkpoint
+from tests.train.helpers import sampled_groups
+
+
+@pytest.fixture
+def fresh_policy():
+    p = Policy.load("tiny")
+    yield p
+    p.close()
+
+
+def _mean_logp(model, episodes) -> float:
+    from harnessrl.train.losses import token_logprobs
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for e in episodes:
+            (seq,) = episode_sequences(e)
+            logp, _ = token_logprobs(model(torch.tensor([seq.ids])).logits, torch.tensor([seq.ids]))
+            mask = torch.tensor(seq.loss_mask[1:], dtype=torch.bool)
+            total, count = total + float(logp[0][mask].sum()), count + int(mask.sum())
+    return total / count
+
+
+def test_an_on_policy_update_has_unit_ratios_moves_toward_the_advantage_and_logs(fresh_policy, tmp_path):
+    groups = sampled_groups(fresh_policy)
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=fresh_policy)
+    before = {id(e): e for g in groups for e in g}
+    metrics = trainer.rl_step(groups)
+    assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4) and metrics["policy/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["policy/logprob_gap"] < 1e-4 and metrics["policy/clip_frac_high"] == 0.0
+    assert metrics["policy/staleness"] == 0.0
+    assert fresh_policy.version == 1 and metrics["policy_version"] == 1 and metrics["step"] == 1
+    line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    for key in ("step", "policy_version", "loss/policy", "reward/mean", "reward/e_share", "perf/tokens_per_s",
+                "policy/entropy", "policy/clip_frac_low", "policy/ratio_mean", "policy/logprob_gap", "optim/grad_norm"):  # fmt: skip
+        assert key in line, key
+    # the update raised the likelihood of above-average episodes relative to below-average ones
+    episodes = list(before.values())
+    mean = sum(e.reward.total for e in episodes) / len(episodes)
+    good = [e for e in episodes if e.reward.total > mean]
+    bad = [e for e in episodes if e.reward.total <= mean]
+    old, _ = build_tiny(seed=0)
+    delta_good = _mean_logp(fresh_policy.model, good) - _mean_logp(old, good)
+    delta_bad = _mean_logp(fresh_policy.model, bad) - _mean_logp(old, bad)
+    assert delta_good > delta_bad
+
+
+def test_stale_episodes_are_corrected_against_their_behaviour_logprobs(fresh_policy):
+    groups = sampled_groups(fresh_policy)
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-2), policy=fresh_policy)
+    trainer.rl_step(groups)
+    stale = trainer.rl_step(groups)  # same episodes, sampled one version ago
+    assert stale["policy/staleness"] == 1.0
+    assert "policy/logprob_gap" not in stale  # no token was sampled by the current version
+    assert abs(stale["policy/ratio_mean"] - 1.0) > 1e-3
+
+
+def test_degenerate_groups_are_dropped_and_counted(fresh_policy):
+    groups = sampled_groups(fresh_policy)
+    for e in groups[1]:
+        e.reward.total = 0.5
+    metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(groups)
+    assert metrics["rollout/groups_dropped_equal"] == 1 and metrics["rollout/sequences"] == 4
+
+
+def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):
+    groups = sampled_groups(fresh_policy)
+    results = []
+    for budget in (100_000, 16):  # one micro-batch vs one sequence per micro-batch
+        for aggregation in ("token", "sequence"):
+            trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(token_budget=budget, aggregation=aggregation))
+            m = trainer.rl_step(groups)
+            results.append((budget, aggregation, m["loss/policy"], m["optim/grad_norm"], m["perf/micro_batches"]))
+    one_token, one_seq, many_token, many_seq = results
+    assert one_token[4] == 1 and many_token[4] == 8
+    for many, one in ((many_token, one_token), (many_seq, one_seq)):
+        assert many[2] == pytest.approx(one[2], abs=1e-6) and many[3] == pytest.approx(one[3], rel=1e-5)
+
+
+def test_decoupled_cispo_with_kl_starts_at_unit_weights_and_zero_kl(fresh_policy):
+    config = TrainConfig(loss="cispo", off_policy="decoupled", kl="k3", kl_coef=0.1, advantage="rloo", aggregation="constant")
+    metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer, config).rl_step(sampled_groups(fresh_policy))
+    assert metrics["policy/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["policy/kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["policy/is_weight_capped"] == 0.0
+
+
+def test_lora_trains_adapters_pushes_merged_weights_and_saves_a_plain_folder(fresh_policy, tmp_path):
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-2, lora=LoraConfig(r=4)), policy=fresh_policy)
+    assert all("lora_" in n for n, p in trainer.model.named_parameters() if p.requires_grad)
+    before = {k: v.clone() for k, v in fresh_policy.model.state_dict().items()}
+    trainer.rl_step(sampled_groups(fresh_policy))
+    after = fresh_policy.model.state_dict()
+    assert fresh_policy.version == 1 and set(after) == set(before)
+    assert not torch.equal(after["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"])
+    path = trainer.save(tmp_path / "checkpoints")
+    loaded = AutoModelForCausalLM.from_pretrained(path)
+    ids = torch.tensor([[1, 5, 9, 42]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, fresh_policy.model(ids).logits, atol=1e-5)
+    assert (path / "adapter" / "adapter_config.json").is_file()
+
+
+@pytest.mark.parametrize("lora", [None, LoraConfig(r=4)])
+def test_resume_continues_exactly(fresh_policy, tmp_path, lora):
+    groups = sampled_groups(fresh_policy)
+    config = TrainConfig(lr=1e-2, schedule="cosine", total_steps=4, warmup_steps=1, lora=lora)
+    straight = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    for _ in range(3):
+        straight.rl_step(groups)
+    first = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    first.rl_step(groups)
+    first.save(tmp_path / "ck", cursor={"position": 1})
+    resumed = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    assert resumed.resume(latest_checkpoint(tmp_path / "ck")) == {"position": 1} and resumed.step == 1
+    for _ in range(2):
+        last = resumed.rl_step(groups)
+    assert last["step"] == 3 and last["optim/lr"] == straight.scheduler.get_last_lr()[0]
+    for (name, a), b in zip(straight.plain_state().items(), resumed.plain_state().values()):
+        assert torch.equal(a, b), name
