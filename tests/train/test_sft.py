@@ -1,0 +1,92 @@
+"""`harnessrl sft` end to end, including a SIGKILL mid-run and an exact resume."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from harnessrl.policy.tiny import build_tokenizer
+from harnessrl.train.sft import TraceLineError, read_episodes, run_sft
+from harnessrl.types import Call, Episode, Task
+
+WORDS = ["apple", "river", "stone", "cloud", "lamp", "seven", "green", "table"]
+
+
+def write_demos(path, n: int = 48) -> None:
+    """Demonstrations of 'Repeat: W' -> 'W', rendered with the tiny chat template."""
+    tok = build_tokenizer()
+    with open(path, "w") as f:
+        for i in range(n):
+            word = WORDS[i % len(WORDS)]
+            prompt = tok.apply_chat_template([{"role": "user", "content": f"Repeat: {word}"}], tokenize=False, add_generation_prompt=True)
+            completion = tok(word + "<|im_end|>", add_special_tokens=False)["input_ids"]
+            call = Call(prompt_ids=tok(prompt, add_special_tokens=False)["input_ids"], completion_ids=completion,
+                        sampled_logprobs=[0.0] * len(completion), policy_version=0)  # fmt: skip
+            f.write(Episode(task=Task(id=f"demo-{i}"), calls=[call], status="finished").to_json() + "\n")
+
+
+def _steps(run) -> list[int]:
+    return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_sft_learns_the_demonstrations(tmp_path):
+    write_demos(tmp_path / "demos.jsonl")
+    run_sft(tmp_path / "demos.jsonl", tmp_path / "run", epochs=6, batch_episodes=8, save_every=100)
+    losses = [json.loads(line)["loss/sft"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert _steps(tmp_path / "run") == list(range(1, 37))
+    assert losses[-1] < 0.5 * losses[0]
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model").config.model_type == "qwen2"
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_sft(tmp_path / "demos.jsonl", tmp_path / "run")
+
+
+def test_a_bad_trace_line_names_its_line_and_field(tmp_path):
+    write_demos(tmp_path / "demos.jsonl", n=3)
+    lines = (tmp_path / "demos.jsonl").read_text().splitlines()
+    (tmp_path / "cut.jsonl").write_text(lines[0] + "\n" + lines[1][:40] + "\n")
+    with pytest.raises(TraceLineError, match=r"cut.jsonl: line 2: "):
+        read_episodes(tmp_path / "cut.jsonl")
+    bad = json.loads(lines[0])
+    del bad["calls"][0]["prompt_ids"]
+    (tmp_path / "missing.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(TraceLineError, match=r"line 1: calls.0.prompt_ids: Field required"):
+        read_episodes(tmp_path / "missing.jsonl")
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "sft", "--data", str(tmp_path / "cut.jsonl"), "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "line 2" in done.stderr
+
+
+def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):
+    write_demos(tmp_path / "demos.jsonl", n=64)
+    args = ["--data", str(tmp_path / "demos.jsonl"), "--epochs", "4", "--batch-episodes", "4", "--save-every", "5"]
+    command = [sys.executable, "-m", "harnessrl", "sft", *args]
+    straight = subprocess.run([*command, "--out", str(tmp_path / "straight")], capture_output=True, text=True, timeout=600)
+    assert straight.returncode == 0, straight.stderr
+
+    run = tmp_path / "killed"
+    victim = subprocess.Popen([*command, "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not ((run / "checkpoints" / "latest").exists() and len(_lines(run)) >= 13):
+        assert victim.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert 13 <= len(_lines(run)) < 64, "killed mid-run"
+
+    resumed = subprocess.run([*command, "--out", str(run), "--resume"], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _steps(run) == list(range(1, 65))  # no gap, no repeat
+    final = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    reference = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["loss/sft"] for m in final] == pytest.approx([m["loss/sft"] for m in reference], abs=1e-6)
+    assert AutoModelForCausalLM.from_pretrained(run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip())
+    assert AutoModelForCausalLM.from_pretrained(run / "model")
+
+
+def _lines(run) -> list[str]:
+    path = run / "metrics.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
