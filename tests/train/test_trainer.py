@@ -70,8 +70,11 @@ def test_degenerate_groups_are_dropped_and_counted(fresh_policy):
     groups = sampled_groups(fresh_policy)
     for e in groups[1]:
         e.reward.total = 0.5
-    metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(groups)
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer)
+    metrics = trainer.rl_step(groups)
     assert metrics["rollout/groups_dropped_equal"] == 1 and metrics["rollout/sequences"] == 4
+    skipped = trainer.rl_step([groups[1]])  # nothing left to learn from: no optimizer step
+    assert skipped["perf/skipped_update"] == 1 and skipped["step"] == trainer.step == 1
 
 
 def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):

@@ -89,6 +89,10 @@ class Trainer:
 
     def _update(self, sequences: list[Sequence], objective: Literal["rl", "sft"], metrics: dict[str, float]) -> dict[str, float]:
         cfg, started = self.config, time.perf_counter()
+        if not sequences:  # every group dropped, or nothing trainable: no step, but say so
+            metrics.update({"step": self.step, "policy_version": self.policy.version if self.policy else -1, "perf/skipped_update": 1})
+            self.log(metrics)
+            return metrics
         micro = [_tensors(mb) for mb in _micro_batches(sequences, cfg.token_budget)]
         num_sequences, num_tokens = len(sequences), sum(s.loss_tokens for s in sequences)
         version = self.policy.version if self.policy is not None else -1
