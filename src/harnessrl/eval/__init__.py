@@ -1,0 +1,1 @@
+"""Evaluation: probes and (later) benchmark runs and reports."""

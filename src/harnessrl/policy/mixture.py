@@ -1,0 +1,160 @@
+"""Procedural data for pretraining `tiny-base` and for probing any model on the same skills.
+
+Every item draws fresh random names and values, so memorising cannot pay; only reading the context
+can. Skills: `copy` (repeat a span), `recall` (a value from key-value lines or fact sentences),
+`tool_args` (a `<tool_call>` whose arguments are copied from the conversation, tools drawn from a
+varied pool of names and schemas), `record_field` (one field of one of several tool-result records,
+answered or passed on in a call), plus plain English prose. Nothing here knows any environment's
+corpus, templates or tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.resources import files
+
+SKILLS = ("copy", "recall", "tool_args", "record_field")
+_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "th", "sh", "gl", "tr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou", "ea"]
+_CODAS = ["", "", "n", "r", "l", "s", "k", "th", "m"]
+
+
+@dataclass
+class Item:
+    skill: str
+    messages: list[dict]  # ends with the user / tool turn the answer responds to
+    answer: str  # the assistant's reply text
+    tools: list[dict] | None = None
+    expected_call: dict | None = field(default=None)  # for tool answers: {"name", "arguments"}
+
+
+@cache
+def _words() -> list[str]:
+    text = files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text(encoding="utf-8")
+    return sorted({w.lower() for w in re.findall(r"\b[A-Za-z]{3,10}\b", text)})
+
+
+class Mixture:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+
+    # ---- values -------------------------------------------------------------------------------
+
+    def name(self) -> str:
+        syllables = self.rng.randint(2, 3)
+        return "".join(self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + self.rng.choice(_CODAS) for _ in range(syllables)).capitalize()
+
+    def word(self) -> str:
+        return self.rng.choice(_words())
+
+    def value(self) -> str:
+        kind = self.rng.randrange(5)
+        if kind == 0:
+            return str(self.rng.randint(0, 10 ** self.rng.randint(1, 5)))
+        if kind == 1:
+            return f"{self.rng.randint(1500, 2030)}-{self.rng.randint(1, 12):02d}-{self.rng.randint(1, 28):02d}"
+        if kind == 2:
+            return self.name()
+        if kind == 3:
+            return f"{self.word()} {self.word()}"
+        return f"{self.rng.choice('ABCDEFGHKLMNPRSTXZ')}{self.rng.randint(1, 99)}-{self.rng.randint(100, 999)}"
+
+    def key(self) -> str:
+        return self.rng.choice([self.name(), f"{self.word()}_{self.word()}", f"{self.word()} of {self.name()}"])
+
+    # ---- skills -------------------------------------------------------------------------------
+
+    def item(self, skill: str) -> Item:
+        return getattr(self, f"_{skill}")()
+
+    def _copy(self) -> Item:
+        span = " ".join(self.rng.choice([self.name, self.word, self.value])() for _ in range(self.rng.randint(2, 8)))
+        ask = self.rng.choice(["Repeat exactly: {s}", "Copy this text: {s}", "Say back the following.\n{s}", "Echo: [{s}]"])
+        return Item("copy", [{"role": "user", "content": ask.format(s=span)}], span)
+
+    def _recall(self) -> Item:
+        pairs = {}
+        while len(pairs) < self.rng.randint(2, 10):
+            pairs[self.key()] = self.value()
+        target = self.rng.choice(list(pairs))
+        if self.rng.random() < 0.5:
+            lines = "\n".join(f"{k}: {v}" for k, v in pairs.items())
+        else:
+            verb = self.rng.choice(["is", "equals", "was recorded as", "is listed as"])
+            lines = " ".join(f"The {k} {verb} {v}." for k, v in pairs.items())
+        question = self.rng.choice(["What is {k}?", "Give the value of {k}.", "{k}?", "Which value goes with {k}?"])
+        system = [{"role": "system", "content": "Answer with the value only."}] if self.rng.random() < 0.5 else []
+        user = {"role": "user", "content": f"{lines}\n{question.format(k=target)}"}
+        return Item("recall", system + [user], pairs[target])
+
+    def _tool(self, max_params: int = 3) -> dict:
+        params = {}
+        while len(params) < self.rng.randint(1, max_params):
+            params[self.rng.choice([self.word(), f"{self.word()}_{self.word()}"])] = self.rng.choice(["string", "integer"])
+        name = self.rng.choice([f"{self.word()}_{self.word()}", f"get_{self.word()}", f"{self.word()}"])
+        return {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{self.word().capitalize()} {self.word()} {self.word()}.",
+                "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)},
+            },
+        }
+
+    def _tool_args(self) -> Item:
+        tools = {}
+        while len(tools) < self.rng.randint(1, 4):
+            tool = self._tool()
+            tools[tool["function"]["name"]] = tool
+        chosen = self.rng.choice(list(tools.values()))["function"]
+        args = {
+            p: (str(self.rng.randint(0, 9999)) if spec["type"] == "integer" else self.value())
+            for p, spec in chosen["parameters"]["properties"].items()
+        }
+        args = {p: int(v) if chosen["parameters"]["properties"][p]["type"] == "integer" else v for p, v in args.items()}
+        told = ", ".join(f"{p} {v}" for p, v in args.items())
+        ask = self.rng.choice(["Use {t} with {a}.", "Please call {t}: {a}.", "I need {t} for {a}.", "Run {t} ({a})."])
+        call = {"name": chosen["name"], "arguments": args}
+        return Item("tool_args", [{"role": "user", "content": ask.format(t=chosen["name"], a=told)}], _call_text(call), list(tools.values()), call)
+
+    def _record_field(self) -> Item:
+        fields = []
+        while len(fields) < self.rng.randint(2, 4):
+            candidate = self.word()
+            if candidate not in fields and candidate not in ("id", "name"):
+                fields.append(candidate)
+        records = [{"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}} for _ in range(self.rng.randint(2, 5))]
+        target, wanted = self.rng.choice(records), self.rng.choice(fields)
+        lookup = {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"query": target["name"]})}}
+        turns = [
+            {"role": "user", "content": f"What is the {wanted} of {target['name']}?"},
+            {"role": "assistant", "content": None, "tool_calls": [lookup]},
+            {"role": "tool", "tool_call_id": "c0", "content": json.dumps(records, ensure_ascii=False)},
+        ]
+        if self.rng.random() < 0.5:
+            return Item("record_field", turns, target[wanted])
+        tool = self._tool(max_params=1)
+        param = next(iter(tool["function"]["parameters"]["properties"]))
+        tool["function"]["parameters"]["properties"][param]["type"] = "string"
+        call = {"name": tool["function"]["name"], "arguments": {param: target[wanted]}}
+        turns[0]["content"] += f" Then pass it to {tool['function']['name']} as {param}."
+        return Item("record_field", turns, _call_text(call), [tool], call)
+
+    def prose(self) -> str:
+        lines = [line for line in files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text().splitlines() if not line.startswith("#")]
+        start = self.rng.randrange(len(lines))
+        return " ".join(lines[start : start + self.rng.randint(3, 10)])
+
+
+def _call_text(call: dict) -> str:
+    return f"<tool_call>{json.dumps(call, ensure_ascii=False)}</tool_call>"
+
+
+def render_item(tokenizer, item: Item, with_answer: bool) -> str:
+    """The chat text of an item: with the answer (training) or ending at the generation prompt (probing)."""
+    messages = item.messages + ([{"role": "assistant", "content": item.answer}] if with_answer else [])
+    return tokenizer.apply_chat_template(messages, tools=item.tools, tokenize=False, add_generation_prompt=not with_answer)
