@@ -50,6 +50,57 @@ def serve(
         policy.close()
 
 
+@app.command()
+def probe(
+    model: str = typer.Option("tiny-base", help="'tiny', 'tiny-base' or a local Hugging Face folder"),
+    items: int = typer.Option(200, min=1, help="fresh items per skill"),
+    seed: int = typer.Option(1_000_003, help="seed of the probe items (pretraining never uses it)"),
+) -> None:
+    """Copying / tool-use probe: accuracy per skill; the last line is one JSON object."""
+    import json
+
+    from harnessrl.eval.probe import probe as run_probe
+
+    policy = _load_policy(model, 0)
+    try:
+        scores = run_probe(policy, items_per_skill=items, seed=seed)
+    finally:
+        policy.close()
+    for skill, accuracy in scores.items():
+        console.print(f"{skill:>13}: {accuracy:.3f}")
+    print(json.dumps(scores))
+
+
+@app.command("judge-calibrate")
+def judge_calibrate(
+    episodes: Path = typer.Option(..., help="labelled episodes (JSONL): outcome.success is the verifiable label"),
+    judge: Path = typer.Option(..., help="judge config, JSON or YAML: base_url, model, rubric, api_key_env, ..."),
+) -> None:
+    """A judge's agreement with verifiable outcomes: accuracy, Spearman, position bias. Last line: JSON."""
+    import asyncio
+    import json
+
+    import yaml
+    from pydantic import ValidationError
+    from rich.table import Table
+
+    from harnessrl.rewards import Judge, JudgeConfig
+    from harnessrl.rewards.calibrate import calibrate
+    from harnessrl.train.sft import TraceLineError, read_episodes
+
+    try:
+        config = JudgeConfig.model_validate(yaml.safe_load(judge.read_text()))
+        report = asyncio.run(calibrate(Judge(config), read_episodes(episodes)))
+    except (TraceLineError, ValidationError, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    table = Table("metric", "value", title=f"judge {config.model} @ {config.base_url}")
+    for key, value in report.items():
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    print(json.dumps(report))
+
+
 @app.command("save-model")
 def save_model(
     out: Path = typer.Argument(..., help="folder to write (a Hugging Face checkpoint)"),

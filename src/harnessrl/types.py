@@ -69,11 +69,18 @@ class Outcome(_Model):
 
 
 class RewardBreakdown(_Model):
-    """A score that explains itself: the total and every named term (already weighted)."""
+    """A score that explains itself: the total, every named term (weighted) and its weight at that step.
+
+    `flags` names the reward-hacking detectors that fired; `failure` says why the score could not be
+    computed (a judge that timed out or answered nonsense): such an episode's group is left out of
+    the advantage instead of being scored 0.
+    """
 
     total: float
     terms: dict[str, float] = Field(default_factory=dict)
     weights: dict[str, float] = Field(default_factory=dict, description="each term's weight at scoring time")
+    flags: list[str] = Field(default_factory=list, description="hacking detectors that fired")
+    failure: str | None = Field(default=None, description="why the reward could not be computed")
 
 
 class Episode(_Model):

@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from harnessrl.policy.tiny import build_tokenizer
-from harnessrl.train.sft import TraceLineError, read_episodes, run_sft
-from harnessrl.types import Call, Episode, Task
+from harnessrl.train.sft import TraceLineError, demonstration, read_episodes, run_sft
+from harnessrl.types import Task
 
 WORDS = ["apple", "river", "stone", "cloud", "lamp", "seven", "green", "table"]
 
@@ -22,11 +22,8 @@ def write_demos(path, n: int = 48) -> None:
     with open(path, "w") as f:
         for i in range(n):
             word = WORDS[i % len(WORDS)]
-            prompt = tok.apply_chat_template([{"role": "user", "content": f"Repeat: {word}"}], tokenize=False, add_generation_prompt=True)
-            completion = tok(word + "<|im_end|>", add_special_tokens=False)["input_ids"]
-            call = Call(prompt_ids=tok(prompt, add_special_tokens=False)["input_ids"], completion_ids=completion,
-                        sampled_logprobs=[0.0] * len(completion), policy_version=0)  # fmt: skip
-            f.write(Episode(task=Task(id=f"demo-{i}"), calls=[call], status="finished").to_json() + "\n")
+            episode = demonstration(tok, [{"role": "user", "content": f"Repeat: {word}"}], word, task=Task(id=f"demo-{i}"))
+            f.write(episode.to_json() + "\n")
 
 
 def _steps(run) -> list[int]:

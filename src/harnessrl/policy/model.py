@@ -36,9 +36,9 @@ class Policy:
 
     @classmethod
     def load(cls, model: str = "tiny", seed: int = 0, max_batch: int = 64) -> Policy:
-        """`tiny` (built in code for `seed`) or the path of a local Hugging Face folder."""
+        """`tiny` (built in code for `seed`), `tiny-base`, or the path of a local Hugging Face folder."""
         lm, tokenizer = load_model_and_tokenizer(model, seed)
-        return cls(lm, tokenizer, "tiny" if model == "tiny" else Path(model).name, max_batch)
+        return cls(lm, tokenizer, model if model in ("tiny", "tiny-base") else Path(model).name, max_batch)
 
     @property
     def version(self) -> int:
@@ -67,13 +67,17 @@ class Policy:
         self.engine.close()
 
 
+TINY_BASE = Path(__file__).parent / "tiny_base"
+
+
 def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
-    """`tiny` (built in code for `seed`) or a local Hugging Face folder; fp32, eval mode."""
+    """`tiny` (built in code for `seed`), `tiny-base` (shipped, pretrained) or a local Hugging Face
+    folder; fp32, eval mode."""
     if model == "tiny":
         return build_tiny(seed=seed)
-    path = Path(model)
+    path = TINY_BASE if model == "tiny-base" else Path(model)
     if not (path / "config.json").is_file():
-        raise PolicyLoadError(f"--model {model}: not 'tiny' and not a folder with a config.json")
+        raise PolicyLoadError(f"--model {model}: not 'tiny', 'tiny-base' or a folder with a config.json")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return lm, tokenizer

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.trainer import Trainer
-from harnessrl.types import Episode
+from harnessrl.types import Call, Episode, Task
 
 
 class TraceLineError(ValueError):
@@ -44,6 +44,18 @@ def read_episodes(path: Path) -> list[Episode]:
     if not episodes:
         raise TraceLineError(f"{path}: no episodes")
     return episodes
+
+
+def demonstration(tokenizer, messages: list[dict], answer: str, tools: list[dict] | None = None, task: Task | None = None) -> Episode:
+    """A one-turn demonstration episode: the rendered conversation as prompt, `answer` + end of turn as
+    the completion (retokenised text, so logprobs are 0: fine for SFT, never for RL)."""
+    prompt = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    completion = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    call = Call(
+        prompt_ids=tokenizer(prompt, add_special_tokens=False)["input_ids"], completion_ids=completion,
+        sampled_logprobs=[0.0] * len(completion), policy_version=0,
+    )  # fmt: skip
+    return Episode(task=task or Task(), calls=[call], status="finished")
 
 
 def run_sft(

@@ -61,10 +61,13 @@ class Trainer:
     def rl_step(self, groups: list[list[Episode]], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One policy-gradient update on groups of scored episodes (each group: one task, G episodes)."""
         # advantages
-        kept, dropped, rewards = [], 0, []
+        kept, dropped, failed, rewards = [], 0, 0, []
         for group in groups:
             scores = [_reward(e) for e in group]
             rewards += scores
+            if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
+                failed += 1
+                continue
             if self.config.dynamic_sampling and is_degenerate(scores):
                 dropped += 1
                 continue
@@ -74,6 +77,7 @@ class Trainer:
         metrics = {
             "rollout/groups": len(groups),
             "rollout/groups_dropped_equal": dropped,
+            "rollout/groups_dropped_reward_failed": failed,
             "rollout/episodes": sum(len(g) for g in groups),
             "rollout/failed": sum(e.status == "failed" for g in groups for e in g),
             "rollout/sequences": len(sequences),
@@ -293,6 +297,8 @@ def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, 
         for name, value in e.reward.terms.items():
             terms.setdefault(name, []).append(value)
     out.update({f"reward/{name}": sum(v) / len(v) for name, v in terms.items()})
+    flags = {flag for e in episodes for flag in e.reward.flags}
+    out.update({f"hacking/{flag}": sum(flag in e.reward.flags for e in episodes) / len(episodes) for flag in flags})
     return out
 
 

@@ -1,0 +1,102 @@
+"""Compose reward terms into a RewardBreakdown that names every term and its weight at this step.
+
+A term is a plain function of an Episode (or, for group judges, an async function of the whole
+group). Weights may follow schedules. A gated term counts only when another term passes; a capped
+term never exceeds another term's weighted value (a judge cannot outscore the verified outcome).
+Detector terms also raise a flag when they fire, logged as `hacking/<flag>`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from harnessrl.rewards.schedules import Schedule, constant
+from harnessrl.types import Episode, RewardBreakdown
+
+
+class TermFailure(Exception):
+    """A term could not be computed (e.g. a judge timed out); the episode's group is excluded."""
+
+
+@dataclass
+class Term:
+    name: str
+    fn: Callable[[Episode], float] | Callable[[list[Episode]], Awaitable[list[float]]]
+    weight: float | Schedule = 1.0
+    group: bool = False  # fn takes the whole group (async), e.g. a group-relative judge
+    gate: str | None = None  # counts only when this other term's raw value >= gate_threshold
+    gate_threshold: float = 1.0
+    cap: str | None = None  # weighted value capped at this other term's weighted value
+    flag: bool = False  # a hacking detector: raw value != 0 raises flag `name`
+
+    def weight_at(self, step: int) -> float:
+        return self.weight.value(step) if isinstance(self.weight, Schedule) else self.weight
+
+
+class Reward:
+    def __init__(self, terms: list[Term], clamp: tuple[float, float] | None = None):
+        names = [t.name for t in terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"term names must be unique: {names}")
+        for t in terms:
+            for other in (t.gate, t.cap):
+                if other is not None and other not in names:
+                    raise ValueError(f"term {t.name!r} refers to unknown term {other!r}")
+        self.terms, self.clamp = terms, clamp
+
+    async def score_group(self, episodes: list[Episode], step: int = 0) -> list[RewardBreakdown]:
+        """Score a group (one task, G episodes) and set each episode's `reward`."""
+        raw: dict[str, list[float]] = {}
+        failure = None
+        for term in self.terms:
+            try:
+                raw[term.name] = await _values(term, episodes)
+            except TermFailure as exc:
+                failure = f"{term.name}: {exc}"
+                raw[term.name] = [0.0] * len(episodes)
+        out = []
+        for i, episode in enumerate(episodes):
+            breakdown = self._combine({name: values[i] for name, values in raw.items()}, step, failure)
+            episode.reward = breakdown
+            out.append(breakdown)
+        return out
+
+    def score(self, episode: Episode, step: int = 0) -> RewardBreakdown:
+        """Score one episode with per-episode terms only (no group judges)."""
+        if any(t.group or inspect.iscoroutinefunction(t.fn) for t in self.terms):
+            raise ValueError("this reward has group or async terms: use `await reward.score_group(...)`")
+        breakdown = self._combine({t.name: float(t.fn(episode)) for t in self.terms}, step, None)
+        episode.reward = breakdown
+        return breakdown
+
+    def _combine(self, raw: dict[str, float], step: int, failure: str | None) -> RewardBreakdown:
+        weights = {t.name: t.weight_at(step) for t in self.terms}
+        terms = {t.name: raw[t.name] * weights[t.name] for t in self.terms}
+        for t in self.terms:
+            if t.gate is not None and raw[t.gate] < t.gate_threshold:
+                terms[t.name] = 0.0
+            if t.cap is not None:
+                terms[t.name] = min(terms[t.name], terms[t.cap])
+        total = sum(terms.values())
+        if self.clamp is not None:
+            total = min(max(total, self.clamp[0]), self.clamp[1])
+        flags = [t.name for t in self.terms if t.flag and raw[t.name] != 0]
+        return RewardBreakdown(total=total, terms=terms, weights=weights, flags=flags, failure=failure)
+
+
+async def _values(term: Term, episodes: list[Episode]) -> list[float]:
+    if term.group:
+        values = await term.fn(episodes)
+        if len(values) != len(episodes):
+            raise TermFailure(f"returned {len(values)} scores for {len(episodes)} episodes")
+        return [float(v) for v in values]
+    if inspect.iscoroutinefunction(term.fn):
+        return [float(await term.fn(e)) for e in episodes]
+    return [float(term.fn(e)) for e in episodes]
+
+
+def weighted(name: str, fn, weight: float | Schedule = 1.0, **kw) -> Term:
+    """Shorthand: `weighted("format", check_format, anneal_to_zero(0.2, 500))`."""
+    return Term(name, fn, weight if isinstance(weight, Schedule) else constant(weight), **kw)

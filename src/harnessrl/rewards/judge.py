@@ -1,0 +1,139 @@
+"""LLM judges over any OpenAI-compatible endpoint: pointwise with a rubric, or group-relative.
+
+The group judge (the RULER pattern) sends the task once and the G answers of a group in one call and
+asks for a score in [0, 1] per answer: relative judgements are easier and cheaper than absolute ones.
+Replies are parsed with pydantic from the first JSON object in the text; a call that times out or
+stays unparseable after its retries raises TermFailure, so the group is left out of the advantage
+(recorded in `RewardBreakdown.failure`), never scored 0. Identical requests are answered from a
+cache keyed by a hash of their content. `usage` counts the judge's tokens and calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+
+import openai
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessrl.rewards.compose import Term, TermFailure
+from harnessrl.types import Episode
+
+_JSON = re.compile(r"\{.*\}", re.S)
+
+
+class JudgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base_url: str = Field(description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8001/v1")
+    model: str = "judge"
+    api_key_env: str = Field(default="HARNESSRL_JUDGE_API_KEY", description="environment variable holding the key")
+    rubric: str = "Score how well the answer accomplishes the task: 1 = fully correct, 0 = wrong or missing."
+    timeout: float = Field(default=60.0, gt=0)
+    retries: int = Field(default=2, ge=0, description="extra attempts after a timeout or an unparseable reply")
+    backoff: float = Field(default=0.5, ge=0, description="seconds before the first retry; doubles each time")
+    max_tokens: int = 512
+    temperature: float = 0.0
+
+
+class Usage(BaseModel):
+    calls: int = 0
+    cached: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Score(BaseModel):
+    id: int
+    score: float = Field(ge=0, le=1)
+    reason: str = ""
+
+
+class _Scores(BaseModel):
+    scores: list[_Score]
+
+
+def default_render(episode: Episode) -> str:
+    """What the judge sees of an episode: its final answer (harnesses may pass a richer renderer)."""
+    return (episode.outcome.answer if episode.outcome else None) or "(no answer)"
+
+
+class Judge:
+    def __init__(self, config: JudgeConfig, render: Callable[[Episode], str] = default_render):
+        self.config, self.render = config, render
+        self.usage = Usage()
+        self._cache: dict[str, list[float]] = {}
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=os.environ.get(config.api_key_env, "none"), timeout=config.timeout, max_retries=0
+        )
+
+    async def group(self, episodes: list[Episode]) -> list[float]:
+        """One call scores every episode of a group (same task) relative to the others."""
+        task = episodes[0].task
+        answers = "\n\n".join(f"<answer id={i}>\n{self.render(e)}\n</answer>" for i, e in enumerate(episodes))
+        prompt = (
+            f"Task:\n{task.prompt or json.dumps(task.data, ensure_ascii=False)}\n\nRubric: {self.config.rubric}\n\n"
+            f"{answers}\n\nScore every answer from 0 to 1, comparing them with each other. Reply with JSON only: "
+            '{"scores": [{"id": <id>, "score": <0..1>, "reason": "<short>"}, ...]}'
+        )
+        return await self._ask(prompt, len(episodes))
+
+    async def pointwise(self, episode: Episode) -> float:
+        task = episode.task
+        prompt = (
+            f"Task:\n{task.prompt or json.dumps(task.data, ensure_ascii=False)}\n\nRubric: {self.config.rubric}\n\n"
+            f"<answer id=0>\n{self.render(episode)}\n</answer>\n\nReply with JSON only: "
+            '{"scores": [{"id": 0, "score": <0..1>, "reason": "<short>"}]}'
+        )
+        return (await self._ask(prompt, 1))[0]
+
+    async def _ask(self, prompt: str, count: int) -> list[float]:
+        key = hashlib.sha256(f"{self.config.model}\0{self.config.temperature}\0{prompt}".encode()).hexdigest()
+        if key in self._cache:
+            self.usage.cached += 1
+            return self._cache[key]
+        delay, reason = self.config.backoff, "no attempt"
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= 2
+            try:
+                scores = await self._call(prompt, count)
+            except (openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            except (ValidationError, ValueError) as exc:
+                reason = f"unparseable judge reply: {str(exc).splitlines()[0]}"
+            else:
+                self._cache[key] = scores
+                return scores
+        self.usage.failures += 1
+        raise TermFailure(f"judge failed after {self.config.retries + 1} attempts: {reason}")
+
+    async def _call(self, prompt: str, count: int) -> list[float]:
+        self.usage.calls += 1
+        response = await self._client.chat.completions.create(
+            model=self.config.model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+        )
+        if response.usage is not None:
+            self.usage.prompt_tokens += response.usage.prompt_tokens
+            self.usage.completion_tokens += response.usage.completion_tokens
+        text = response.choices[0].message.content or ""
+        found = _JSON.search(text)
+        if found is None:
+            raise ValueError(f"no JSON object in {text[:80]!r}")
+        parsed = _Scores.model_validate_json(found.group(0))
+        by_id = {s.id: s.score for s in parsed.scores}
+        if sorted(by_id) != list(range(count)):
+            raise ValueError(f"expected scores for ids 0..{count - 1}, got {sorted(by_id)}")
+        return [by_id[i] for i in range(count)]
+
+    def term(self, name: str = "judge", weight=1.0, group: bool = True, **kw) -> Term:
+        """This judge as a reward term (group-relative by default)."""
+        return Term(name, self.group if group else self.pointwise, weight, group=group, **kw)

@@ -1,0 +1,46 @@
+"""A small scripted OpenAI-compatible judge served over real HTTP, for deterministic judge tests.
+
+The `model` field picks the behaviour: `exact` scores 1 an answer containing "correct" and 0
+otherwise; `biased` adds 0.3 to whichever answer comes first; `garbage` replies with prose; `slow`
+sleeps past any short timeout; `flaky` fails every first attempt at a prompt with a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+_ANSWER = re.compile(r"<answer id=(\d+)>\n(.*?)\n</answer>", re.S)
+
+
+def judge_app() -> FastAPI:
+    app = FastAPI()
+    seen: set[str] = set()
+    app.state.requests = 0
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request):
+        body = await request.json()
+        app.state.requests += 1
+        prompt, model = body["messages"][-1]["content"], body["model"]
+        if model == "slow":
+            await asyncio.sleep(3)
+        if model == "flaky" and prompt not in seen:
+            seen.add(prompt)
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
+        answers = _ANSWER.findall(prompt)
+        scores = [{"id": int(i), "score": 1.0 if "correct" in text and "incorrect" not in text else 0.0, "reason": "scripted"} for i, text in answers]
+        if model == "biased" and scores:
+            scores[0]["score"] = min(1.0, scores[0]["score"] + 0.3)
+        content = "They all look fine to me." if model == "garbage" else "Here you go: " + json.dumps({"scores": scores})
+        return {
+            "id": "judge-1", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(content.split()), "total_tokens": 0},
+        }  # fmt: skip
+
+    return app

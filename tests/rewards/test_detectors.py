@@ -1,0 +1,69 @@
+"""Each detector against the exploit it exists for, built by hand, and an honest episode."""
+
+import pytest
+
+from harnessrl.rewards import Reward, weighted
+from harnessrl.rewards import detectors as d
+from harnessrl.types import Call, Episode, Outcome, Task
+
+
+def _call(completion, error=None, trainable=True):
+    return Call(prompt_ids=[1], completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
+                policy_version=0, tool_call_error=error, trainable=trainable)  # fmt: skip
+
+
+def test_malformed_tool_calls_dodging_failure_score_below_an_honest_failure():
+    honest_failure = Episode(calls=[_call([5, 6])], outcome=Outcome(answer="Paris", success=False))
+    dodge = Episode(calls=[_call([7], error="tool call 0: bad JSON")] * 3, outcome=Outcome(answer=None, success=False))
+    reward = Reward([weighted("outcome", lambda e: float(e.outcome.success)), *d.detector_terms({"malformed_tool_calls": 1.0}, malformed_tool_calls=d.malformed_tool_calls)])
+    assert reward.score(dodge).total < reward.score(honest_failure).total == 0.0
+    assert reward.score(dodge).flags == ["malformed_tool_calls"]
+
+
+def test_abstaining_or_asking_back_is_caught():
+    for answer in ("", "I don't know.", "Could you clarify which city you mean?", "Which file should I edit?"):
+        assert d.abstention(Episode(outcome=Outcome(answer=answer))) == 1.0, answer
+    assert d.abstention(Episode(outcome=Outcome(answer="The capital is Paris."))) == 0.0
+
+
+def test_degenerate_repetition():
+    assert d.repetition(Episode(calls=[_call([1, 2, 3, 4] * 20)])) == pytest.approx((73 / 77 - 0.5) / 0.5)
+    assert d.repetition(Episode(calls=[_call(list(range(60)))])) == 0.0
+
+
+def test_answer_stuffing_falls_below_the_precision_floor():
+    detect = d.answer_stuffing(floor=0.34)
+    task = Task(data={"gold_doc_ids": ["d1", "d2"]})
+    stuffed = Episode(task=task, outcome=Outcome(answer="x", info={"doc_ids": [f"d{i}" for i in range(1, 41)]}))
+    honest = Episode(task=task, outcome=Outcome(answer="x", info={"doc_ids": ["d1", "d2", "d9"]}))
+    assert detect(stuffed) == pytest.approx(1 - (2 / 40) / 0.34) and detect(honest) == 0.0
+
+
+def test_effort_cost_is_composer_2s_concave_penalty():
+    # k = 1, q = 0.5: C(x) = 2 (sqrt(1 + x) - 1)
+    assert d.effort_cost(3, k=1, q=0.5) == pytest.approx(2.0)
+    assert d.effort_cost(8, k=1, q=0.5) == pytest.approx(4.0)
+    assert d.effort_cost(0) == 0.0
+    farm = d.effort_penalty("turns", free=2)
+    assert farm(Episode(calls=[_call([1])] * 10)) == pytest.approx(d.effort_cost(8)) and farm(Episode(calls=[_call([1])] * 2)) == 0.0
+    frozen = Episode(calls=[_call([1], trainable=False)] * 10)
+    assert farm(frozen) == 0.0  # sub-agents' turns are not the trained agent's effort
+
+
+def test_spawn_farming():
+    assert d.spawn_farming(Episode(metrics={"spawned": 10, "subagents_finished": 2})) == 0.8
+    assert d.spawn_farming(Episode(metrics={"spawned": 3, "subagents_finished": 3})) == 0.0
+    assert d.spawn_farming(Episode()) == 0.0
+
+
+def test_test_tampering():
+    def ep(**info):
+        return Episode(outcome=Outcome(answer="done", info=info))
+
+    assert d.test_tampering(ep(edited_files=["src/app.py", "tests/test_app.py"])) == 1.0
+    assert d.test_tampering(ep(edited_files=["conftest.py"])) == 1.0
+    assert d.test_tampering(ep(diff="--- a/run.sh\n+++ b/run.sh\n+pytest -q || true\n")) == 1.0
+    assert d.test_tampering(ep(diff="+    sys.exit(0)\n")) == 1.0
+    assert d.test_tampering(ep(commands=["pytest; exit 0"])) == 1.0
+    assert d.test_tampering(ep(edited_files=["src/app.py"], diff="+    return total\n", commands=["pytest -q"])) == 0.0
+    assert d.test_tampering(ep(diff="-    sys.exit(0)\n")) == 0.0  # removing a trick is not adding one

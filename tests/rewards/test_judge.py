@@ -1,0 +1,123 @@
+"""Judges against real HTTP servers on 127.0.0.1: a scripted OpenAI-compatible judge, and the
+gateway serving the tiny model (which answers nonsense that must be recorded, not scored 0)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harnessrl.gateway import BackgroundServer, create_app
+from harnessrl.policy import Policy
+from harnessrl.rewards import Judge, JudgeConfig, Reward, Term, weighted
+from harnessrl.rewards.calibrate import calibrate, spearman
+from harnessrl.train import TrainConfig, Trainer
+from harnessrl.types import Episode, Outcome, Task
+from tests.rewards.judge_server import judge_app
+
+
+@pytest.fixture(scope="module")
+def judge_server():
+    with BackgroundServer(judge_app()) as server:
+        yield server
+
+
+def _config(server, model="exact", **kw) -> JudgeConfig:
+    return JudgeConfig(base_url=server.base_url + "/v1", model=model, backoff=0.01, **kw)
+
+
+def _group(task_id="t1", answers=("correct: Paris", "Lyon", "correct too", "no idea")) -> list[Episode]:
+    return [Episode(task=Task(id=task_id, prompt="Capital of France?"), outcome=Outcome(answer=a, success="correct" in a)) for a in answers]
+
+
+async def test_group_judge_scores_a_group_in_one_call_and_caches(judge_server):
+    judge = Judge(_config(judge_server))
+    group = _group()
+    assert await judge.group(group) == [1.0, 0.0, 1.0, 0.0]
+    assert judge.usage.calls == 1 and judge.usage.prompt_tokens > 0
+    assert await judge.group(group) == [1.0, 0.0, 1.0, 0.0] and judge.usage.cached == 1 and judge.usage.calls == 1
+    assert await judge.pointwise(group[0]) == 1.0
+
+
+async def test_failed_judgements_are_recorded_and_their_group_is_excluded(judge_server):
+    for model, kw, reason in (("garbage", {}, "unparseable"), ("slow", {"timeout": 0.3}, "APITimeoutError")):
+        judge = Judge(_config(judge_server, model, retries=1, **kw))
+        reward = Reward([weighted("outcome", lambda e: float(e.outcome.success)), judge.term("judge", 0.5)])
+        group = _group()
+        breakdowns = await reward.score_group(group)
+        assert all(b.failure and reason in b.failure for b in breakdowns), breakdowns[0].failure
+        assert judge.usage.failures == 1 and judge.usage.calls == 2  # retried once
+    flaky = Judge(_config(judge_server, "flaky", retries=2))
+    assert await flaky.group(_group()) == [1.0, 0.0, 1.0, 0.0] and flaky.usage.calls == 2
+
+
+def test_a_judge_backed_training_step_end_to_end(judge_server):
+    import asyncio
+
+    policy = Policy.load("tiny")
+    try:
+        judge = Judge(_config(judge_server))
+        reward = Reward([
+            weighted("outcome", lambda e: float(e.outcome.success)),
+            Term("judge", judge.group, 0.5, group=True, cap="outcome"),
+        ])  # fmt: skip
+        from tests.train.helpers import sampled_groups
+
+        groups = sampled_groups(policy, groups=3)
+        for group in groups:
+            for i, e in enumerate(group):
+                e.outcome = Outcome(answer="correct" if i % 2 else "wrong", success=bool(i % 2))
+        bad = Judge(_config(judge_server, "garbage", retries=0))
+
+        async def score() -> None:
+            for group in groups[:2]:
+                await reward.score_group(group, step=0)
+            await Reward([weighted("outcome", lambda e: 1.0), bad.term()]).score_group(groups[2])
+
+        asyncio.run(score())
+        metrics = Trainer(policy.model, policy.tokenizer, TrainConfig(), policy=policy).rl_step(groups)
+        assert metrics["rollout/groups_dropped_reward_failed"] == 1 and metrics["rollout/sequences"] == 8
+        assert metrics["reward/judge"] == pytest.approx(0.5 * 4 / 12) and policy.version == 1  # 4 correct answers judged 1
+    finally:
+        policy.close()
+
+
+async def test_a_judge_served_by_the_gateway_is_parsed_robustly():
+    policy = Policy.load("tiny")
+    try:
+        with BackgroundServer(create_app(policy, "judge-admin-key")) as gateway:
+            judge = Judge(JudgeConfig(base_url=gateway.base_url + "/v1", model="tiny", api_key_env="JUDGE_KEY_FOR_TEST", max_tokens=24, retries=1, backoff=0.01))
+            import os
+
+            os.environ["JUDGE_KEY_FOR_TEST"] = "judge-admin-key"
+            judge = Judge(judge.config)  # the key is read when the client is made
+            breakdowns = await Reward([judge.term()]).score_group(_group())
+        assert all(b.failure and "judge failed after 2 attempts" in b.failure for b in breakdowns)
+        assert judge.usage.calls == 2 and judge.usage.completion_tokens > 0
+    finally:
+        policy.close()
+
+
+async def test_calibration_reports_accuracy_correlation_and_position_bias(judge_server):
+    episodes = _group("a") + _group("b", ("wrong", "correct", "correct", "wrong"))
+    fair = await calibrate(Judge(_config(judge_server)), episodes)
+    assert fair["accuracy"] == 1.0 and fair["spearman"] == pytest.approx(1.0) and fair["position_bias"] == 0.0
+    biased = await calibrate(Judge(_config(judge_server, "biased")), episodes)
+    assert biased["first_position_gain"] > 0.1 and biased["position_bias"] > 0
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_judge_calibrate_cli(judge_server, tmp_path):
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("".join(e.to_json() + "\n" for e in _group("a") + _group("b", ("correct", "wrong"))))
+    config = tmp_path / "judge.yaml"
+    config.write_text(f"base_url: {judge_server.base_url}/v1\nmodel: exact\n")
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "judge-calibrate", "--episodes", str(data), "--judge", str(config)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["accuracy"] == 1.0 and report["judge_calls"] == 4
+    config.write_text("base_url: x\nmodle: typo\n")
+    bad = subprocess.run([sys.executable, "-m", "harnessrl", "judge-calibrate", "--episodes", str(data), "--judge", str(config)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "modle" in bad.stderr

@@ -1,0 +1,50 @@
+import pytest
+
+from harnessrl.rewards import Reward, Schedule, Term, anneal_to_zero, constant, weighted
+from harnessrl.types import Episode, Outcome
+
+
+def test_schedules_by_hand():
+    assert constant(0.3).value(1000) == 0.3
+    linear = Schedule(kind="linear", start=1.0, end=0.0, steps=100)
+    assert [linear.value(s) for s in (0, 25, 100, 500)] == [1.0, 0.75, 0.0, 0.0]
+    cosine = Schedule(kind="cosine", start=1.0, end=0.2, steps=10)
+    assert cosine.value(0) == 1.0 and cosine.value(5) == pytest.approx(0.6) and cosine.value(10) == pytest.approx(0.2)
+    step = Schedule(kind="step", start=1.0, boundaries=[10, 20], values=[0.5, 0.1])
+    assert [step.value(s) for s in (0, 9, 10, 19, 20, 99)] == [1.0, 1.0, 0.5, 0.5, 0.1, 0.1]
+    anneal = anneal_to_zero(0.2, by_step=50)
+    assert anneal.value(0) == 0.2 and anneal.value(25) == pytest.approx(0.1) and anneal.value(50) == 0.0
+    with pytest.raises(ValueError, match="boundaries"):
+        Schedule(kind="step", boundaries=[20, 10], values=[1, 2])
+
+
+def _episode(answer: str, success: bool) -> Episode:
+    return Episode(outcome=Outcome(answer=answer, success=success))
+
+
+def test_breakdown_names_every_term_and_its_weight_at_the_step():
+    reward = Reward([
+        weighted("outcome", lambda e: float(e.outcome.success)),
+        weighted("format", lambda e: 1.0, anneal_to_zero(0.2, by_step=100)),
+    ])  # fmt: skip
+    early, late = reward.score(_episode("x", True), step=0), reward.score(_episode("x", True), step=100)
+    assert early.terms == {"outcome": 1.0, "format": 0.2} and early.total == 1.2
+    assert late.terms == {"outcome": 1.0, "format": 0.0} and late.weights == {"outcome": 1.0, "format": 0.0}
+
+
+def test_gates_caps_clamp_and_flags():
+    reward = Reward(
+        [
+            Term("outcome", lambda e: float(e.outcome.success), 1.0),
+            Term("bonus", lambda e: 1.0, 0.5, gate="outcome"),  # only when the outcome passes
+            Term("judge", lambda e: 1.0, 2.0, cap="outcome"),  # never above the outcome term
+            Term("repetition", lambda e: 0.5, -1.0, flag=True),
+        ],
+        clamp=(-1.0, 1.5),
+    )
+    won, lost = reward.score(_episode("a", True)), reward.score(_episode("b", False))
+    assert won.terms == {"outcome": 1.0, "bonus": 0.5, "judge": 1.0, "repetition": -0.5} and won.total == 1.5
+    assert lost.terms == {"outcome": 0.0, "bonus": 0.0, "judge": 0.0, "repetition": -0.5} and lost.total == -0.5
+    assert won.flags == ["repetition"]
+    with pytest.raises(ValueError, match="unknown term 'missing'"):
+        Reward([Term("a", lambda e: 0.0, gate="missing")])
