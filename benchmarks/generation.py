@@ -78,8 +78,6 @@ async def _openai(gateway: GatewayClient, conversations: list[list[dict]], max_t
         for i, (c, m) in enumerate(zip(clients, conversations))
     ))  # fmt: skip
     elapsed = time.perf_counter() - start
-    for c in clients:
-        await c.close()
     return elapsed, sum(r.usage.completion_tokens for r in responses)
 
 

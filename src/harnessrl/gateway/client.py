@@ -32,6 +32,7 @@ class GatewayClient:
         self._transport = _http.ASGITransport(app=app) if app is not None else None
         self._timeout = timeout
         self._http = self._client(admin_key)
+        self._agent_http = None  # shared by every episode's OpenAI client (one pool, one TLS setup)
 
     def _client(self, key: str):
         return _http.AsyncClient(
@@ -42,9 +43,13 @@ class GatewayClient:
         )
 
     def openai(self, api_key: str) -> openai.AsyncOpenAI:
-        """An OpenAI client whose chat calls are recorded into the episode that owns `api_key`."""
-        http_client = openai.DefaultAsyncHttpxClient(transport=self._transport, timeout=self._timeout)
-        return openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url + "/v1", http_client=http_client, max_retries=0)
+        """An OpenAI client whose chat calls are recorded into the episode that owns `api_key`.
+
+        Clients share one connection pool, closed by `aclose()`; there is no need to close them.
+        """
+        if self._agent_http is None:
+            self._agent_http = openai.DefaultAsyncHttpxClient(transport=self._transport, timeout=self._timeout)
+        return openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url + "/v1", http_client=self._agent_http, max_retries=0)
 
     async def create_episode(self, task: Task | None = None, agent: str = "main", trainable: bool = True) -> tuple[str, str]:
         """Returns (episode id, episode API key)."""
@@ -74,3 +79,5 @@ class GatewayClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._agent_http is not None:
+            await self._agent_http.aclose()

@@ -1,0 +1,71 @@
+"""Tools are typed Python functions: the signature and docstring become the OpenAI tool schema, and
+a model's call is validated against the same signature before the function runs.
+
+A bad call (unknown tool, arguments that do not validate, JSON that does not parse) or a tool that
+raises or times out becomes an error observation for the model — never a crashed episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+
+def tool_schema(fn: Callable) -> dict[str, Any]:
+    """The OpenAI `tools` entry of a function: name, first docstring paragraph, typed parameters."""
+    doc = inspect.getdoc(fn) or ""
+    parameters = TypeAdapter(fn).json_schema()
+    described = _arg_docs(doc)
+    for name, prop in parameters.get("properties", {}).items():
+        prop.pop("title", None)
+        if name in described:
+            prop["description"] = described[name]
+    parameters.pop("additionalProperties", None)
+    return {"type": "function", "function": {"name": fn.__name__, "description": doc.split("\n\n")[0].strip(), "parameters": parameters}}
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    """Google-style `Args:` entries: `name: description`."""
+    section = re.search(r"^\s*Args:\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
+    if not section:
+        return {}
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", section.group(1), re.M)}
+
+
+class Toolbox:
+    """Named tools with schemas; `call` runs one model tool call and always returns text."""
+
+    def __init__(self, tools: list[Callable], timeout: float = 30.0):
+        self.tools = {fn.__name__: fn for fn in tools}
+        self.adapters = {name: TypeAdapter(fn) for name, fn in self.tools.items()}
+        self.schemas = [tool_schema(fn) for fn in tools]
+        self.timeout = timeout
+
+    async def call(self, name: str, arguments: str | dict) -> tuple[str, bool]:
+        """(observation, ok). Errors come back as `error: ...` observations with ok = False."""
+        if name not in self.tools:
+            return f"error: unknown tool {name!r}; available: {', '.join(self.tools)}", False
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            if not isinstance(args, dict):
+                return "error: arguments must be a JSON object", False
+            result = self.adapters[name].validate_python(args)
+            if inspect.isawaitable(result):
+                result = await asyncio.wait_for(result, self.timeout)
+        except json.JSONDecodeError as exc:
+            return f"error: arguments are not valid JSON: {exc.msg}", False
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            return f"error: {name}: argument {where}: {first['msg']}", False
+        except TimeoutError:
+            return f"error: {name} timed out after {self.timeout} s", False
+        except Exception as exc:  # the tool's own bug is an observation, not a crash
+            return f"error: {name} raised {type(exc).__name__}: {exc}", False
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str), True

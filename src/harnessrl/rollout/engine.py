@@ -1,0 +1,118 @@
+"""The async rollout engine: groups of G episodes per task, run by the user's harness through the
+gateway, scored, and fed to the trainer — synchronously (staleness 0) or while it trains (k > 0).
+
+An episode is: create it on the gateway, run `harness(task, llm)` with `llm` bound to it under a
+timeout, finish it with the outcome or the failure's reason, read it back, delete it. A harness that
+raises or times out yields a failed episode scored `failure_reward` (a negative reward by default:
+filtering failures out would teach the model to fail on purpose). With staleness k > 0 rollouts go
+on while the trainer updates, and groups with a call older than k versions are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harnessrl.gateway import GatewayClient
+from harnessrl.harness import Harness
+from harnessrl.rewards import Reward
+from harnessrl.types import Episode, RewardBreakdown, Task
+
+
+class RolloutConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group_size: int = Field(default=8, ge=2, description="episodes per task (G)")
+    groups_per_update: int = Field(default=4, ge=1, description="groups in one trainer update")
+    concurrency: int = Field(default=32, ge=1, description="episodes in flight at once")
+    staleness: int = Field(default=0, ge=0, description="k: 0 = synchronous; k > 0 = rollouts continue during updates")
+    episode_timeout: float = Field(default=120.0, gt=0, description="seconds before a harness run is a failed episode")
+    failure_reward: float = Field(default=-1.0, description="reward of a failed episode (raised, timed out)")
+
+
+class RolloutEngine:
+    def __init__(self, gateway: GatewayClient, harness: Harness, reward: Reward, config: RolloutConfig | None = None):
+        self.gateway, self.harness, self.reward = gateway, harness, reward
+        self.config = config or RolloutConfig()
+        self._slots = asyncio.Semaphore(self.config.concurrency)
+        self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0}
+
+    async def episode(self, task: Task) -> Episode:
+        async with self._slots:
+            episode_id, key = await self.gateway.create_episode(task)
+            try:
+                outcome = await asyncio.wait_for(self.harness(task, self.gateway.openai(key)), self.config.episode_timeout)
+                episode = await self.gateway.finish(episode_id, outcome)
+            except TimeoutError:
+                self.counts["timeouts"] += 1
+                episode = await self.gateway.finish(episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s")
+            except Exception as exc:  # the harness's bug is a failed episode with its reason
+                episode = await self.gateway.finish(episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
+            finally:
+                await self.gateway.delete(episode_id)
+        self.counts["episodes"] += 1
+        self.counts["failed"] += episode.status == "failed"
+        return episode
+
+    async def group(self, task: Task, step: int = 0) -> list[Episode]:
+        """G episodes of one task, scored; failed ones get `failure_reward`."""
+        episodes = list(await asyncio.gather(*(self.episode(task) for _ in range(self.config.group_size))))
+        finished = [e for e in episodes if e.status == "finished"]
+        if finished:
+            await self.reward.score_group(finished, step)
+        penalty = self.config.failure_reward
+        for e in episodes:
+            if e.status == "failed":
+                e.reward = RewardBreakdown(total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"])
+        return episodes
+
+    async def train(self, trainer, tasks: Iterator[Task], updates: int, progress: bool = True) -> list[dict]:
+        """`updates` trainer updates on groups collected from `tasks` (cycled by the caller)."""
+        cfg, history = self.config, []
+        queue: asyncio.Queue[list[Episode]] = asyncio.Queue(maxsize=max(1, cfg.staleness) * cfg.groups_per_update)
+
+        async def produce() -> None:
+            running: set[asyncio.Task] = set()
+            while True:
+                while len(running) < cfg.groups_per_update:
+                    running.add(asyncio.create_task(self.group(next(tasks), trainer.step)))
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for finished in done:
+                    await queue.put(finished.result())
+
+        producer = asyncio.create_task(produce()) if cfg.staleness > 0 else None
+        bar = Progress(TextColumn("rl"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress)
+        with bar:
+            job = bar.add_task("updates", total=updates, status="")
+            try:
+                for _ in range(updates):
+                    started = time.perf_counter()
+                    batch = await self._batch(queue, trainer, tasks)
+                    waited = time.perf_counter() - started
+                    extra = {f"rollout/{k}": v for k, v in self.counts.items()} | {"perf/rollout_wait_seconds": waited}
+                    metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
+                    history.append(metrics)
+                    bar.update(job, advance=1, status=f"reward {metrics.get('reward/mean', float('nan')):.3f}")
+            finally:
+                if producer is not None:
+                    producer.cancel()
+                    await asyncio.gather(producer, return_exceptions=True)
+        return history
+
+    async def _batch(self, queue: asyncio.Queue, trainer, tasks: Iterator[Task]) -> list[list[Episode]]:
+        cfg = self.config
+        if cfg.staleness == 0:  # synchronous: collect, then train
+            return list(await asyncio.gather(*(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))))
+        batch: list[list[Episode]] = []
+        while len(batch) < cfg.groups_per_update:
+            group = await queue.get()
+            versions = [c.policy_version for e in group for c in e.calls]
+            current = trainer.policy.version if trainer.policy is not None else 0
+            if versions and min(versions) < current - cfg.staleness:
+                self.counts["dropped_stale"] += len(group)
+                continue
+            batch.append(group)
+        return batch

@@ -1,0 +1,50 @@
+import asyncio
+import json
+
+from harnessrl.harness import Toolbox, tool_schema
+
+
+async def lookup(name: str, limit: int = 3) -> list[str]:
+    """Find records by name.
+
+    Args:
+        name: who to look for
+        limit: most records to return
+    """
+    return [name] * limit
+
+
+def explode(city: str) -> str:
+    """Always fails."""
+    raise KeyError(city)
+
+
+async def slow(seconds: float) -> str:
+    """Sleeps."""
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+def test_schema_comes_from_signature_and_docstring():
+    schema = tool_schema(lookup)["function"]
+    assert schema["name"] == "lookup" and schema["description"] == "Find records by name."
+    assert schema["parameters"]["required"] == ["name"]
+    assert schema["parameters"]["properties"]["limit"] == {"default": 3, "type": "integer", "description": "most records to return"}
+
+
+async def test_bad_calls_and_crashing_or_hanging_tools_become_observations():
+    box = Toolbox([lookup, explode, slow], timeout=0.2)
+    assert await box.call("lookup", '{"name": "Ada", "limit": 2}') == (json.dumps(["Ada", "Ada"]), True)
+    assert await box.call("lookup", {"name": "Ada", "limit": "2"}) == (json.dumps(["Ada", "Ada"]), True)  # coerced
+    cases = {
+        ("lookup", '{"limit": 2}'): "argument name: Missing required argument",
+        ("lookup", '{"name": "Ada", "limit": "many"}'): "argument limit:",
+        ("lookup", "{not json"): "not valid JSON",
+        ("lookup", "[1, 2]"): "must be a JSON object",
+        ("missing", "{}"): "unknown tool 'missing'",
+        ("explode", '{"city": "Oslo"}'): "explode raised KeyError: 'Oslo'",
+        ("slow", '{"seconds": 5}'): "slow timed out after 0.2 s",
+    }
+    for (name, args), expected in cases.items():
+        text, ok = await box.call(name, args)
+        assert not ok and text.startswith("error:") and expected in text, text

@@ -1,0 +1,94 @@
+"""The rollout engine with a real harness (openai client, tools with latency) on the tiny model."""
+
+import asyncio
+import itertools
+import json
+
+import openai
+import pytest
+
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.harness import Toolbox
+from harnessrl.policy import Policy
+from harnessrl.rewards import Reward, weighted
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train import TrainConfig, Trainer
+from harnessrl.types import Outcome, Task
+
+ADMIN = "rollout-admin-key"
+
+
+async def get_time(city: str) -> str:
+    """Local time in a city.
+
+    Args:
+        city: the city
+    """
+    await asyncio.sleep(0.05)  # a tool with latency
+    return f"12:00 in {city}"
+
+
+TOOLS = Toolbox([get_time])
+
+
+async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
+    """An ordinary agent loop; tasks can ask it to crash or hang, as real harnesses sometimes do."""
+    if task.data.get("crash"):
+        raise RuntimeError("the harness hit a bug")
+    if task.data.get("hang"):
+        await asyncio.sleep(60)
+    messages = [{"role": "user", "content": task.prompt}]
+    answer = ""
+    for _ in range(2):
+        r = await llm.chat.completions.create(model="tiny", messages=messages, tools=TOOLS.schemas, max_tokens=8)
+        message = r.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or []:
+            result, _ = await TOOLS.call(call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        answer = message.content or ""
+        messages.append({"role": "user", "content": "go on"})
+    return Outcome(answer=answer)
+
+
+@pytest.fixture
+def setup():
+    policy = Policy.load("tiny")
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
+    reward = Reward([weighted("e_share", lambda e: (e.outcome.answer or "").count("e") / max(1, len(e.outcome.answer or "")))])
+    yield policy, gateway, reward
+    policy.close()
+
+
+def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(setup):
+    policy, gateway, reward = setup
+    engine = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=3, episode_timeout=60))
+    impatient = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=3, episode_timeout=1.0))
+
+    async def run():
+        ok = await engine.group(Task(id="ok", prompt="Time in Oslo?"))
+        crash = await engine.group(Task(id="crash", prompt="x", data={"crash": True}))
+        hang = await impatient.group(Task(id="hang", prompt="x", data={"hang": True}))
+        return ok, crash, hang
+
+    ok, crash, hang = asyncio.run(run())
+    assert all(e.status == "finished" and len(e.calls) == 2 and "e_share" in e.reward.terms for e in ok)
+    assert all(e.status == "failed" and "harness raised RuntimeError: the harness hit a bug" == e.failure_reason for e in crash)
+    assert all(e.failure_reason == "timeout after 1.0 s" and e.reward.total == -1.0 and e.reward.flags == ["failed"] for e in hang)
+    assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0}
+    assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0}
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path, staleness):
+    policy, gateway, reward = setup
+    config = RolloutConfig(group_size=4, groups_per_update=2, staleness=staleness, concurrency=8)
+    engine = RolloutEngine(gateway, harness, reward, config)
+    trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=policy)
+    tasks = itertools.cycle([Task(id=f"t{i}", prompt=f"Time in city {i}?") for i in range(4)])
+    history = asyncio.run(engine.train(trainer, tasks, updates=3, progress=False))
+    assert [m["step"] for m in history] == [1, 2, 3] and policy.version == 3
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and lines[-1]["rollout/episodes"] >= 24 and "perf/rollout_wait_seconds" in lines[-1]
+    for m in history:  # every trained token was sampled at most k versions ago
+        assert m.get("policy/staleness", 0) <= staleness
