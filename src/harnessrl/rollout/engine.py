@@ -76,12 +76,17 @@ class RolloutEngine:
 
         async def produce() -> None:
             running: set[asyncio.Task] = set()
-            while True:
-                while len(running) < cfg.groups_per_update:
-                    running.add(asyncio.create_task(self.group(next(tasks), trainer.step)))
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for finished in done:
-                    await queue.put(finished.result())
+            try:
+                while True:
+                    while len(running) < cfg.groups_per_update:
+                        running.add(asyncio.create_task(self.group(next(tasks), trainer.step)))
+                    done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    for finished in done:
+                        await queue.put(finished.result())
+            finally:  # stopping: abandon groups in flight (their episodes are still deleted)
+                for task in running:
+                    task.cancel()
+                await asyncio.gather(*running, return_exceptions=True)
 
         producer = asyncio.create_task(produce()) if cfg.staleness > 0 else None
         bar = Progress(TextColumn("rl"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress)
