@@ -115,3 +115,16 @@ def test_closing_fails_pending_requests_instead_of_hanging():
     time.sleep(0.05)
     p.close()
     assert future.exception(timeout=5) is not None
+
+
+async def test_a_cancelled_request_frees_its_row_and_spares_the_rest(policy):
+    prompts = _prompts(policy, 2)
+    survivor = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=60, ignore_eos=True)))
+    try:
+        await asyncio.wait_for(policy.engine.generate(prompts[1], SamplingParams(max_tokens=3000, ignore_eos=True)), 0.2)
+    except TimeoutError:
+        pass
+    (done,) = await survivor  # unaffected by its neighbour's cancellation
+    assert len(done.ids) == 60
+    await asyncio.sleep(0.1)
+    assert policy.engine._rows == []  # the abandoned row stopped decoding

@@ -89,6 +89,6 @@ def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path,
     history = asyncio.run(engine.train(trainer, tasks, updates=3, progress=False))
     assert [m["step"] for m in history] == [1, 2, 3] and policy.version == 3
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 3 and lines[-1]["rollout/episodes"] >= 24 and "perf/rollout_wait_seconds" in lines[-1]
+    assert len(lines) == 3 and lines[-1]["rollout/total_episodes"] >= 24 and lines[-1]["rollout/episodes"] == 8 and "perf/rollout_wait_seconds" in lines[-1]
     for m in history:  # every trained token was sampled at most k versions ago
         assert m.get("policy/staleness", 0) <= staleness

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 
+from harnessrl.gateway.toolcalls import BLOCK
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_item
-
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
 def score(item: Item, reply: str) -> bool:
     if item.expected_call is None:
         return reply.strip() == item.answer
-    calls = _CALL.findall(reply)
+    calls = BLOCK.findall(reply)
     try:
         return len(calls) == 1 and json.loads(calls[0]) == item.expected_call
     except json.JSONDecodeError:

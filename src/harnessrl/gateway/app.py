@@ -10,6 +10,7 @@ The gateway knows the policy and episodes; it knows nothing about rewards or tra
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ def create_app(
     admin_key: str,
     max_request_bytes: int = 4 * 1024 * 1024,
     default_max_tokens: int = 512,
+    finish_wait_seconds: float = 60.0,
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
@@ -57,8 +59,7 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "request_too_large" if exc.status_code == 413 else None
-        return _error_response(exc.status_code, str(exc.detail), None, code)
+        return _error_response(exc.status_code, str(exc.detail), None, None)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -129,6 +130,9 @@ def create_app(
     async def finish_episode(body: EpisodeFinish, record: EpisodeRecord = Depends(episode_of)) -> Response:
         if record.episode.status != "running":
             raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
+        deadline = time.monotonic() + finish_wait_seconds
+        while record.in_flight and time.monotonic() < deadline:  # let calls still generating land first
+            await asyncio.sleep(0.01)
         episode = record.episode
         episode.outcome, episode.status, episode.failure_reason = body.outcome, body.status, body.failure_reason
         return _episode_response(episode)
@@ -159,7 +163,13 @@ def create_app(
             ignore_eos=body.ignore_eos,
         )
         started = time.time()
-        completions = await policy.engine.generate(prompt_ids, params, body.n)
+        if record is not None:
+            record.in_flight += 1
+        try:
+            completions = await policy.engine.generate(prompt_ids, params, body.n)
+        finally:
+            if record is not None:
+                record.in_flight -= 1
         choices = []
         for index, completion in enumerate(completions):
             message, finish, error = _assistant_message(policy, completion, forced, body)

@@ -16,6 +16,7 @@ class EpisodeRecord:
     agent: str
     trainable: bool
     turns: list[Turn] = field(default_factory=list)  # aligned with episode.calls
+    in_flight: int = 0  # chat calls still generating; `finish` waits for them
 
 
 class EpisodeStore:

@@ -81,9 +81,7 @@ def _extend(policy: Policy, dicts: list[dict], tools: list[dict] | None, call: C
     head = turn.prompt_text + _SENTINEL
     if not before.startswith(head) or not after.startswith(before):
         return None  # the template renders this history differently: start a new sequence
-    end_of_turn = before[len(head) :]  # e.g. "<|im_end|>\n"
-    if call.completion_ids and call.finish_reason != "length":
-        sampled_end = policy.decode(call.completion_ids[-1:])
-        if sampled_end and end_of_turn.startswith(sampled_end):
-            end_of_turn = end_of_turn[len(sampled_end) :]  # the model already sampled it
-    return call.prompt_ids + call.completion_ids + policy.encode(end_of_turn + after[len(before) :])
+    rest = policy.encode(before[len(head) :] + after[len(before) :])  # end of that turn ("<|im_end|>\n"), new turns
+    if rest and call.completion_ids and rest[0] == call.completion_ids[-1] and rest[0] in policy.eos_ids:
+        rest = rest[1:]  # the model already sampled the end-of-turn token
+    return call.prompt_ids + call.completion_ids + rest

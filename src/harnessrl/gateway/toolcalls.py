@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
+BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
 
 @dataclass
@@ -27,7 +27,7 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> Parsed:
     if text.count(OPEN) != text.count(CLOSE):
         return Parsed(text, [], f"unterminated {OPEN} block")
     calls = []
-    for i, block in enumerate(_BLOCK.findall(text)):
+    for i, block in enumerate(BLOCK.findall(text)):
         try:
             call = json.loads(block)
         except json.JSONDecodeError as exc:
@@ -40,5 +40,5 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> Parsed:
         if call["name"] not in tool_names:
             return Parsed(text, [], f"tool call {i}: unknown tool {call['name']!r}")
         calls.append((call["name"], json.dumps(arguments, ensure_ascii=False)))
-    content = _BLOCK.sub("", text).strip()
+    content = BLOCK.sub("", text).strip()
     return Parsed(content or None, calls)

@@ -55,9 +55,11 @@ class Toolbox:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments
             if not isinstance(args, dict):
                 return "error: arguments must be a JSON object", False
-            result = self.adapters[name].validate_python(args)
-            if inspect.isawaitable(result):
-                result = await asyncio.wait_for(result, self.timeout)
+            adapter = self.adapters[name]
+            if inspect.iscoroutinefunction(self.tools[name]):
+                result = await asyncio.wait_for(adapter.validate_python(args), self.timeout)
+            else:  # a blocking tool must not stall every other episode on the event loop
+                result = await asyncio.wait_for(asyncio.to_thread(adapter.validate_python, args), self.timeout)
         except json.JSONDecodeError as exc:
             return f"error: arguments are not valid JSON: {exc.msg}", False
         except ValidationError as exc:

@@ -51,11 +51,15 @@ class Completion:
     stop_text: str | None = None  # the stop string that ended it, if one did
 
 
+class _RowFuture(Future):
+    abandoned = False  # the asyncio caller was cancelled: stop decoding this row
+
+
 @dataclass
 class _Row:
     prompt: list[int]
     params: SamplingParams
-    future: Future
+    future: _RowFuture
     generator: torch.Generator | None
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -91,7 +95,7 @@ class Engine:
         gen = None
         if params.seed is not None:
             gen = torch.Generator().manual_seed(params.seed)
-        row = _Row(list(prompt_ids), params, Future(), gen)
+        row = _Row(list(prompt_ids), params, _RowFuture(), gen)
         with self._wake:
             if self._closed:
                 raise RuntimeError("engine is closed")
@@ -102,7 +106,12 @@ class Engine:
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
         """n completions of one prompt; with a seed, choice i uses seed + i."""
         futures = [self.submit(prompt_ids, _for_choice(params, i)) for i in range(n)]
-        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+        try:
+            return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+        except asyncio.CancelledError:  # e.g. an episode timed out: free its rows at the next step
+            for f in futures:
+                f.abandoned = True
+            raise
 
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         return self.submit(prompt_ids, params).result()
@@ -152,8 +161,10 @@ class Engine:
             size = len(self._pending[0].prompt)
             if new and tokens + size > self.max_prefill_tokens:
                 break
-            new.append(self._pending.popleft())
-            tokens += size
+            row = self._pending.popleft()
+            if row.future.set_running_or_notify_cancel() and not row.future.abandoned:  # else its caller gave up
+                new.append(row)
+                tokens += size
         return new
 
     def _reset_batch(self) -> None:
@@ -221,10 +232,13 @@ class Engine:
         return next((s for s in r.params.stop if s in tail), None)
 
     def _evict_finished(self) -> None:
-        keep = [i for i, r in enumerate(self._rows) if r.done is None]
+        """Resolve finished rows and drop them, and rows whose caller cancelled, from the batch."""
+        keep = [i for i, r in enumerate(self._rows) if r.done is None and not r.future.abandoned]
         for r in self._rows:
             if r.done is not None:
                 r.future.set_result(r.done)
+            elif r.future.abandoned:
+                r.future.set_exception(asyncio.CancelledError())
         if len(keep) == len(self._rows):
             return
         if not keep:

@@ -15,7 +15,8 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib.resources import files
+
+from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
 SKILLS = ("copy", "recall", "tool_args", "record_field")
 _ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "th", "sh", "gl", "tr"]
@@ -34,8 +35,7 @@ class Item:
 
 @cache
 def _words() -> list[str]:
-    text = files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text(encoding="utf-8")
-    return sorted({w.lower() for w in re.findall(r"\b[A-Za-z]{3,10}\b", text)})
+    return sorted({w.lower() for w in re.findall(r"\b[A-Za-z]{3,10}\b", tokenizer_text())})
 
 
 class Mixture:
@@ -145,7 +145,7 @@ class Mixture:
         return Item("record_field", turns, _call_text(call), [tool], call)
 
     def prose(self) -> str:
-        lines = [line for line in files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text().splitlines() if not line.startswith("#")]
+        lines = prose_lines()
         start = self.rng.randrange(len(lines))
         return " ".join(lines[start : start + self.rng.randint(3, 10)])
 

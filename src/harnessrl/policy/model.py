@@ -6,7 +6,6 @@ causal-LM folder that has a chat template. Nothing is fetched from a hub.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from harnessrl.policy.engine import Engine
 from harnessrl.policy.tiny import build_tiny
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 class PolicyLoadError(ValueError):

@@ -11,6 +11,7 @@ Hermes / Qwen2.5 convention), and `tool` messages are rendered back as their own
 from __future__ import annotations
 
 import torch
+from functools import cache
 from importlib.resources import files
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -72,6 +73,17 @@ user assistant system tool function description parameters properties required s
 """
 
 
+@cache
+def tokenizer_text() -> str:
+    """The packaged English prose (with its two-line header)."""
+    return files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text(encoding="utf-8")
+
+
+@cache
+def prose_lines() -> tuple[str, ...]:
+    return tuple(line for line in tokenizer_text().splitlines() if not line.startswith("#"))
+
+
 def build_tokenizer(vocab_size: int = 2048) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on the built-in text; the same inputs always give the same vocab."""
     tok = Tokenizer(models.BPE())
@@ -89,8 +101,7 @@ def build_tokenizer(vocab_size: int = 2048) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    prose = files("harnessrl.policy").joinpath("tokenizer_text.txt").read_text(encoding="utf-8")
-    lines = [line for line in prose.splitlines() if not line.startswith("#")] + _FORMAT_TEXT.splitlines() * 8
+    lines = list(prose_lines()) + _FORMAT_TEXT.splitlines() * 8
     tok.train_from_iterator(lines, trainer=trainer)
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,

@@ -8,6 +8,7 @@ Detector terms also raise a flag when they fire, logged as `hacking/<flag>`.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ async def _values(term: Term, episodes: list[Episode]) -> list[float]:
             raise TermFailure(f"returned {len(values)} scores for {len(episodes)} episodes")
         return [float(v) for v in values]
     if inspect.iscoroutinefunction(term.fn):
-        return [float(await term.fn(e)) for e in episodes]
+        return [float(v) for v in await asyncio.gather(*(term.fn(e) for e in episodes))]
     return [float(term.fn(e)) for e in episodes]
 
 

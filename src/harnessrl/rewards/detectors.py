@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
+from typing import Literal
 
 from harnessrl.rewards.compose import Term
 from harnessrl.types import Episode
@@ -85,7 +86,7 @@ def effort_cost(x: float, k: float = 1.0, q: float = 0.5) -> float:
     return ((1 + k * x) ** (1 - q) - 1) / (k * (1 - q))
 
 
-def effort_penalty(measure: str = "turns", k: float = 1.0, q: float = 0.5, free: float = 0.0) -> Callable[[Episode], float]:
+def effort_penalty(measure: Literal["turns", "tokens"] = "turns", k: float = 1.0, q: float = 0.5, free: float = 0.0) -> Callable[[Episode], float]:
     """A detector: C(x - free) of the episode's turns (calls of trainable agents) or sampled tokens."""
 
     def detect(episode: Episode) -> float:

@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable
 
 import openai
@@ -23,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harnessrl.rewards.compose import Term, TermFailure
 from harnessrl.types import Episode
 
-_JSON = re.compile(r"\{.*\}", re.S)
+_DECODER = json.JSONDecoder()
 
 
 class JudgeConfig(BaseModel):
@@ -103,8 +102,11 @@ class Judge:
                 delay *= 2
             try:
                 scores = await self._call(prompt, count)
-            except (openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError) as exc:
+            except (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+            except openai.APIStatusError as exc:  # 4xx: a wrong key, model or URL; retrying cannot help
+                reason = f"{type(exc).__name__}: {exc}"
+                break
             except (ValidationError, ValueError) as exc:
                 reason = f"unparseable judge reply: {str(exc).splitlines()[0]}"
             else:
@@ -125,15 +127,27 @@ class Judge:
             self.usage.prompt_tokens += response.usage.prompt_tokens
             self.usage.completion_tokens += response.usage.completion_tokens
         text = response.choices[0].message.content or ""
-        found = _JSON.search(text)
-        if found is None:
-            raise ValueError(f"no JSON object in {text[:80]!r}")
-        parsed = _Scores.model_validate_json(found.group(0))
+        parsed = _Scores.model_validate(_first_json_object(text))
         by_id = {s.id: s.score for s in parsed.scores}
         if sorted(by_id) != list(range(count)):
             raise ValueError(f"expected scores for ids 0..{count - 1}, got {sorted(by_id)}")
         return [by_id[i] for i in range(count)]
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     def term(self, name: str = "judge", weight=1.0, group: bool = True, **kw) -> Term:
         """This judge as a reward term (group-relative by default)."""
         return Term(name, self.group if group else self.pointwise, weight, group=group, **kw)
+
+
+def _first_json_object(text: str) -> dict:
+    """The first JSON object in free text (judges often wrap it in prose or code fences)."""
+    for start in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise ValueError(f"no JSON object in {text[:80]!r}")

@@ -95,9 +95,9 @@ class RolloutEngine:
             try:
                 for _ in range(updates):
                     started = time.perf_counter()
-                    batch = await self._batch(queue, trainer, tasks)
+                    batch = await self._batch(queue, trainer, tasks, producer)
                     waited = time.perf_counter() - started
-                    extra = {f"rollout/{k}": v for k, v in self.counts.items()} | {"perf/rollout_wait_seconds": waited}
+                    extra = {f"rollout/total_{k}": v for k, v in self.counts.items()} | {"perf/rollout_wait_seconds": waited}
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
                     bar.update(job, advance=1, status=f"reward {metrics.get('reward/mean', float('nan')):.3f}")
@@ -107,13 +107,19 @@ class RolloutEngine:
                     await asyncio.gather(producer, return_exceptions=True)
         return history
 
-    async def _batch(self, queue: asyncio.Queue, trainer, tasks: Iterator[Task]) -> list[list[Episode]]:
+    async def _batch(self, queue: asyncio.Queue, trainer, tasks: Iterator[Task], producer: asyncio.Task | None) -> list[list[Episode]]:
         cfg = self.config
-        if cfg.staleness == 0:  # synchronous: collect, then train
+        if producer is None:  # synchronous: collect, then train
             return list(await asyncio.gather(*(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))))
         batch: list[list[Episode]] = []
         while len(batch) < cfg.groups_per_update:
-            group = await queue.get()
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait([getter, producer], return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():  # the producer died (tasks ran out, gateway error): say why
+                getter.cancel()
+                producer.result()
+                raise RuntimeError("the rollout producer stopped")
+            group = getter.result()
             versions = [c.policy_version for e in group for c in e.calls]
             current = trainer.policy.version if trainer.policy is not None else 0
             if versions and min(versions) < current - cfg.staleness:

@@ -29,7 +29,7 @@ class TrainConfig(BaseModel):
     dynamic_sampling: bool = Field(default=True, description="drop groups whose rewards are all equal (counted)")
     # loss
     loss: Literal["ppo", "cispo"] = Field(default="ppo", description="PPO/GRPO clipped surrogate, or CISPO")
-    eps_low: float = Field(default=0.2, ge=0, le=1, description="lower clip: ratio >= 1 - eps_low")
+    eps_low: float | None = Field(default=None, ge=0, le=1, description="lower clip: ratio >= 1 - eps_low; default 0.2 (ppo), 1.0 (cispo: no lower clip)")
     eps_high: float = Field(default=0.28, ge=0, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     aggregation: Aggregation = Field(default="token", description="token (DAPO), sequence (GRPO), constant (Dr.GRPO)")
     norm_tokens: int = Field(default=1024, ge=1, description="the constant aggregation's tokens per sequence")
@@ -53,6 +53,12 @@ class TrainConfig(BaseModel):
     lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
     bf16: bool = Field(default=False, description="bf16 autocast for forward/backward (faster on CPUs with bf16)")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _defaults_by_loss(self) -> TrainConfig:
+        if self.eps_low is None:
+            self.eps_low = 1.0 if self.loss == "cispo" else 0.2
+        return self
 
     @model_validator(mode="after")
     def _kl_needs_both(self) -> TrainConfig:

@@ -80,8 +80,9 @@ def run_sft(
     trainer = Trainer(lm, tokenizer, config, run_dir=out)
     checkpoints = out / "checkpoints"
     cursor = {"epoch": 0, "index": 0}
-    if resume and (path := latest_checkpoint(checkpoints)) is not None:
-        cursor = trainer.resume(path)
+    if resume:  # from the newest checkpoint, or from the start if the run died before its first one
+        if (path := latest_checkpoint(checkpoints)) is not None:
+            cursor = trainer.resume(path)
         _truncate_metrics(out / "metrics.jsonl", trainer.step)
     elif (out / "metrics.jsonl").exists():
         raise FileExistsError(f"{out} already holds a run: pass --resume, or choose another --out")
@@ -93,10 +94,11 @@ def run_sft(
             order = list(range(len(episodes)))
             random.Random(seed * 1_000_003 + cursor["epoch"]).shuffle(order)
             batch = [episodes[i] for i in order[cursor["index"] : cursor["index"] + batch_episodes]]
-            cursor = {"epoch": cursor["epoch"], "index": cursor["index"] + batch_episodes}
+            epoch = cursor["epoch"]
+            cursor = {"epoch": epoch, "index": cursor["index"] + batch_episodes}
             if cursor["index"] >= len(episodes):
-                cursor = {"epoch": cursor["epoch"] + 1, "index": 0}
-            metrics = trainer.sft_step(batch, {"epoch": cursor["epoch"]})
+                cursor = {"epoch": epoch + 1, "index": 0}
+            metrics = trainer.sft_step(batch, {"data/epoch": epoch})
             bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
             if trainer.step % save_every == 0 or trainer.step == total:
                 trainer.save(checkpoints, cursor)

@@ -169,18 +169,17 @@ class Trainer:
     # ---- weights, checkpoints, logs ---------------------------------------------------------
 
     def plain_state(self) -> dict[str, torch.Tensor]:
-        """The weights under plain Hugging Face names (LoRA adapters merged in)."""
+        """The weights under plain Hugging Face names (LoRA deltas added, the base left untouched)."""
         if self._plain is None:
             return self.model.state_dict()
-        self.model.merge_adapter()
-        try:
-            state = {
-                k.replace(".base_layer.", "."): v.detach().clone()
-                for k, v in self.model.get_base_model().state_dict().items()
-                if "lora_" not in k
-            }
-        finally:
-            self.model.unmerge_adapter()
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()
+        state = {k.replace(".base_layer.", "."): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k}
+        with torch.no_grad():
+            for name, module in base.named_modules():
+                if isinstance(module, LoraLayer):
+                    state[f"{name}.weight"] += module.get_delta_weight(module.active_adapters[0])
         return state
 
     def push(self) -> int:
