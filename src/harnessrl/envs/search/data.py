@@ -1,0 +1,137 @@
+"""Search corpora and tasks: JSONL files a user brings, or a deterministic synthetic generator.
+
+corpus.jsonl: {"id", "text", "title"?}      tasks.jsonl: {"id", "question", "answer", "gold_doc_ids", "split"}
+
+The generator writes small encyclopaedia entries about invented people, towns and countries, with
+distractors that share names and attribute types, and 1-3 hop questions whose gold documents are
+the entries on the chain. It is a test bed, not a target: nothing else may be tuned to it.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessrl.types import Task
+
+
+class Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    title: str | None = None
+
+
+class SearchTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    answer: str = Field(min_length=1)
+    gold_doc_ids: list[str] = Field(min_length=1)
+    split: Literal["train", "test"]
+
+    def task(self) -> Task:
+        return Task(id=self.id, prompt=self.question, data={"answer": self.answer, "gold_doc_ids": self.gold_doc_ids}, split=self.split)
+
+
+class DataError(ValueError):
+    pass
+
+
+M = TypeVar("M", Doc, SearchTask)
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Every line of a JSONL file as `model`; a bad line raises with the file, line number and field."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "line"
+                raise DataError(f"{path}: line {number}: {where}: {first['msg']}") from None
+    if not rows:
+        raise DataError(f"{path}: empty")
+    return rows
+
+
+def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
+    docs, items = read_jsonl(corpus, Doc), read_jsonl(tasks, SearchTask)
+    ids = {d.id for d in docs}
+    if len(ids) != len(docs):
+        raise DataError(f"{corpus}: document ids are not unique")
+    for t in items:
+        missing = [g for g in t.gold_doc_ids if g not in ids]
+        if missing:
+            raise DataError(f"{tasks}: task {t.id}: gold_doc_ids not in the corpus: {missing}")
+    return docs, items
+
+
+def write_jsonl(path: Path, rows: list[BaseModel]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in rows), encoding="utf-8")
+
+
+_SYLLABLES = ["ka", "lo", "mir", "ven", "dra", "sul", "tho", "bre", "ni", "qua", "rel", "os", "tam", "ur", "zel", "fin", "gar", "hal"]
+_JOBS = ["baker", "sailor", "painter", "surveyor", "clockmaker", "weaver", "astronomer", "miller", "scribe", "glassblower"]
+_CROPS = ["barley", "olives", "rye", "apples", "flax", "grapes", "millet", "hops"]
+
+
+def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int = 12, test_share: float = 0.25) -> tuple[list[Doc], list[SearchTask]]:
+    """A deterministic corpus (people, towns, countries) and 1-3 hop questions about it."""
+    rng = random.Random(seed)
+    used: set[str] = set()
+
+    def name(parts: int) -> str:
+        while True:
+            n = "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+            if n not in used:
+                used.add(n)
+                return n
+
+    country = [{"id": f"country-{i}", "name": name(3), "capital": None, "founded": rng.randint(800, 1900)} for i in range(countries)]
+    town = [{"id": f"town-{i}", "name": name(2), "country": rng.choice(country), "crop": rng.choice(_CROPS)} for i in range(towns)]
+    for c in country:
+        c["capital"] = rng.choice([t for t in town if t["country"] is c] or town)
+    person = [{"id": f"person-{i}", "name": f"{name(2)} {name(2)}", "town": rng.choice(town), "job": rng.choice(_JOBS), "born": rng.randint(1700, 1990)} for i in range(people)]
+
+    docs = [Doc(id=c["id"], title=c["name"], text=f"{c['name']} is a country founded in {c['founded']}. Its capital is {c['capital']['name']}.") for c in country]
+    docs += [Doc(id=t["id"], title=t["name"], text=f"{t['name']} is a town in {t['country']['name']}. The fields around {t['name']} grow {t['crop']}.") for t in town]
+    docs += [Doc(id=p["id"], title=p["name"], text=f"{p['name']} was a {p['job']} born in {p['born']} in the town of {p['town']['name']}.") for p in person]
+
+    tasks = []
+    for i, p in enumerate(person):
+        hops = 1 + i % 3
+        t, c = p["town"], p["town"]["country"]
+        if hops == 1:
+            q, a, gold = rng.choice([(f"What was the occupation of {p['name']}?", p["job"]), (f"In which year was {p['name']} born?", str(p["born"]))]) + ([p["id"]],)
+        elif hops == 2:
+            q, a, gold = rng.choice([(f"In which country was {p['name']} born?", c["name"]), (f"What do the fields grow around the birthplace of {p['name']}?", t["crop"])]) + ([p["id"], t["id"]],)
+        else:
+            q, a, gold = f"What is the capital of the country where {p['name']} was born?", c["capital"]["name"], [p["id"], t["id"], c["id"]]
+        split = "test" if rng.random() < test_share else "train"
+        tasks.append(SearchTask(id=f"q-{i}", question=q, answer=a, gold_doc_ids=gold, split=split))
+    return docs, tasks
+
+
+def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
+    docs, tasks = synthetic(seed)
+    write_jsonl(folder / "corpus.jsonl", docs)
+    write_jsonl(folder / "tasks.jsonl", tasks)
+    return folder / "corpus.jsonl", folder / "tasks.jsonl"
+
+
+def answers_match(given: str | None, expected: str) -> bool:
+    """Normalised comparison: case, punctuation and surrounding whitespace ignored."""
+    def norm(s: str) -> str:
+        return " ".join("".join(ch for ch in s.lower() if ch.isalnum() or ch.isspace()).split())
+
+    return given is not None and norm(given) == norm(expected)
+

