@@ -31,6 +31,7 @@ class Term:
     gate_threshold: float = 1.0
     cap: str | None = None  # weighted value capped at this other term's weighted value
     flag: bool = False  # a hacking detector: raw value != 0 raises flag `name`
+    with_step: bool = False  # fn(episode, step): the term itself changes over training (e.g. an annealed beta)
 
     def weight_at(self, step: int) -> float:
         return self.weight.value(step) if isinstance(self.weight, Schedule) else self.weight
@@ -53,7 +54,7 @@ class Reward:
         failure = None
         for term in self.terms:
             try:
-                raw[term.name] = await _values(term, episodes)
+                raw[term.name] = await _values(term, episodes, step)
             except TermFailure as exc:
                 failure = f"{term.name}: {exc}"
                 raw[term.name] = [0.0] * len(episodes)
@@ -68,7 +69,7 @@ class Reward:
         """Score one episode with per-episode terms only (no group judges)."""
         if any(t.group or inspect.iscoroutinefunction(t.fn) for t in self.terms):
             raise ValueError("this reward has group or async terms: use `await reward.score_group(...)`")
-        breakdown = self._combine({t.name: float(t.fn(episode)) for t in self.terms}, step, None)
+        breakdown = self._combine({t.name: float(t.fn(episode, step) if t.with_step else t.fn(episode)) for t in self.terms}, step, None)
         episode.reward = breakdown
         return breakdown
 
@@ -87,7 +88,7 @@ class Reward:
         return RewardBreakdown(total=total, terms=terms, weights=weights, flags=flags, failure=failure)
 
 
-async def _values(term: Term, episodes: list[Episode]) -> list[float]:
+async def _values(term: Term, episodes: list[Episode], step: int) -> list[float]:
     if term.group:
         values = await term.fn(episodes)
         if len(values) != len(episodes):
@@ -95,7 +96,7 @@ async def _values(term: Term, episodes: list[Episode]) -> list[float]:
         return [float(v) for v in values]
     if inspect.iscoroutinefunction(term.fn):
         return [float(v) for v in await asyncio.gather(*(term.fn(e) for e in episodes))]
-    return [float(term.fn(e)) for e in episodes]
+    return [float(term.fn(e, step) if term.with_step else term.fn(e)) for e in episodes]
 
 
 def weighted(name: str, fn, weight: float | Schedule = 1.0, **kw) -> Term:

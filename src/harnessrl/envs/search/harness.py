@@ -1,0 +1,165 @@
+"""The search agent (Chroma Context-1 pattern): search, read, prune its own context, answer.
+
+An ordinary openai-client loop over five tools. Every tool result ends with a usage line
+(`[context: used/budget tokens]`); past half the budget it suggests pruning; at the budget only
+`prune_chunks` (and `answer`) work. Pruning replaces the pruned chunks' text in earlier tool
+results with a stub — the history is edited, so the gateway starts a new training sequence there.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+
+from harnessrl.envs.search.data import answers_match
+from harnessrl.envs.search.index import Chunk, SearchIndex
+from harnessrl.harness import Toolbox
+from harnessrl.types import Outcome, Task
+
+SYSTEM = (
+    "You answer questions about a document collection. Use search_corpus or grep_corpus to find "
+    "chunks, read_document to see a whole document, prune_chunks to drop chunks you no longer need, "
+    "and answer with the answer text and the ids of the documents that support it."
+)
+
+
+class SearchAgent:
+    def __init__(self, index: SearchIndex, context_budget: int = 2048, max_turns: int = 8, k: int = 3, max_tokens: int = 96, temperature: float = 1.0):
+        self.index, self.budget, self.max_turns, self.k = index, context_budget, max_turns, k
+        self.max_tokens, self.temperature = max_tokens, temperature
+
+    async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
+        run = _Run(self, task)
+        return await run.loop(llm)
+
+
+class _Run:
+    """One episode's state: what is in context, what was shown, what was pruned."""
+
+    def __init__(self, agent: SearchAgent, task: Task):
+        self.agent, self.task = agent, task
+        self.shown: set[str] = set()  # chunk ids ever shown (excluded from later searches)
+        self.seen_docs: list[str] = []  # documents whose text entered the context, in order
+        self.pruned: set[str] = set()
+        self.used = 0  # tokens of the last request (prompt + completion)
+        self.peak = 0
+        self.prune_streak = self.max_prune_streak = 0
+        self.final: tuple[str, list[str]] | None = None
+        self.messages: list[dict] = []
+        self.tools = Toolbox([self.search_corpus, self.grep_corpus, self.read_document, self.prune_chunks, self.answer])
+
+    # ---- tools (their docstrings are what the model sees) -----------------------------------
+
+    def search_corpus(self, query: str) -> str:
+        """Search the documents; returns chunks not shown before.
+
+        Args:
+            query: words to look for
+        """
+        return self._show(self.agent.index.search(query, self.agent.k, exclude=self.shown))
+
+    def grep_corpus(self, pattern: str) -> str:
+        """Find chunks matching a regular expression.
+
+        Args:
+            pattern: a regular expression, case-insensitive
+        """
+        return self._show(self.agent.index.grep(pattern, self.agent.k, exclude=self.shown))
+
+    def read_document(self, doc_id: str) -> str:
+        """Read a whole document.
+
+        Args:
+            doc_id: the document id, as in [doc_id#n]
+        """
+        doc = self.agent.index.document(doc_id)
+        if doc is None:
+            return f"error: no document {doc_id!r}"
+        self._saw(doc_id)
+        return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
+
+    def prune_chunks(self, chunk_ids: list[str]) -> str:
+        """Remove chunks from the context to free room.
+
+        Args:
+            chunk_ids: ids of chunks to drop, e.g. ["doc-3#0"]
+        """
+        dropped = [c for c in chunk_ids if c in self.shown and c not in self.pruned]
+        self.pruned.update(dropped)
+        for message in self.messages:
+            if message["role"] == "tool":
+                for chunk_id in dropped:
+                    message["content"] = _stub(message["content"], chunk_id)
+        return f"pruned {len(dropped)} chunk(s)"
+
+    def answer(self, text: str, doc_ids: list[str]) -> str:
+        """Give the final answer and the documents that support it.
+
+        Args:
+            text: the answer
+            doc_ids: ids of the supporting documents
+        """
+        self.final = (text, doc_ids)
+        return "answer recorded"
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    async def loop(self, llm: openai.AsyncOpenAI) -> Outcome:
+        self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.task.prompt}]
+        turns = 0
+        while self.final is None and turns < self.agent.max_turns:
+            turns += 1
+            response = await llm.chat.completions.create(
+                model="policy", messages=self.messages, tools=self.tools.schemas,
+                max_tokens=self.agent.max_tokens, temperature=self.agent.temperature,
+            )  # fmt: skip
+            self.used = response.usage.total_tokens
+            self.peak = max(self.peak, self.used)
+            message = response.choices[0].message
+            self.messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                self.messages.append({"role": "user", "content": f"Use a tool. {self._usage()}"})
+                continue
+            pruning = all(c.function.name == "prune_chunks" for c in message.tool_calls)
+            self.prune_streak = self.prune_streak + 1 if pruning else 0
+            self.max_prune_streak = max(self.max_prune_streak, self.prune_streak)
+            for call in message.tool_calls:
+                if self.used >= self.agent.budget and call.function.name not in ("prune_chunks", "answer"):
+                    result = "error: the context budget is reached; prune_chunks first"
+                else:
+                    result, _ = await self.tools.call(call.function.name, call.function.arguments)
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": f"{result}\n{self._usage()}"})
+        text, doc_ids = self.final or ("", [])
+        return Outcome(
+            answer=text,
+            success=answers_match(text, self.task.data.get("answer", "")),
+            info={"doc_ids": list(doc_ids), "trajectory_doc_ids": list(self.seen_docs), "turns": turns,
+                  "max_prune_streak": self.max_prune_streak, "peak_context": self.peak, "pruned": len(self.pruned)},
+        )  # fmt: skip
+
+    def _show(self, chunks: list[Chunk]) -> str:
+        if not chunks:
+            return "no new chunks"
+        for c in chunks:
+            self.shown.add(c.id)
+            self._saw(c.doc_id)
+        return "\n".join(f"[{c.id}] {c.text}" for c in chunks)
+
+    def _saw(self, doc_id: str) -> None:
+        if doc_id not in self.seen_docs:
+            self.seen_docs.append(doc_id)
+
+    def _usage(self) -> str:
+        line = f"[context: {self.used}/{self.agent.budget} tokens]"
+        if self.used >= self.agent.budget:
+            return line + " Budget reached: only prune_chunks and answer work now."
+        if self.used > self.agent.budget / 2:
+            unpruned = [c for c in self.shown if c not in self.pruned][:4]
+            return line + f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
+        return line
+
+
+def _stub(content: str, chunk_id: str) -> str:
+    lines = content.split("\n")
+    return "\n".join(f"[{chunk_id}] (pruned)" if line.startswith(f"[{chunk_id}] ") else line for line in lines)

@@ -1,0 +1,61 @@
+"""The search environment's reward, after Chroma's Context-1:
+
+    clamp(0.7 F_beta(returned vs gold docs) + 0.3 trajectory recall + answer bonus
+          - prune-streak penalty - turn penalty - hacking detectors)
+
+beta is annealed from 4 (recall matters most while the agent learns to find things) to 2; every
+term is logged in the breakdown. The detectors that apply here are on: malformed tool calls, answer
+stuffing (a precision floor on returned documents), degenerate repetition, and turn farming (the
+turn penalty is Composer 2's concave effort cost).
+"""
+
+from __future__ import annotations
+
+from harnessrl.rewards import Reward, Schedule, Term
+from harnessrl.rewards import detectors as d
+from harnessrl.types import Episode
+
+
+def f_beta(returned: set[str], gold: set[str], beta: float) -> float:
+    """(1 + b^2) P R / (b^2 P + R); 0 when nothing relevant was returned."""
+    hit = len(returned & gold)
+    if not hit:
+        return 0.0
+    precision, recall = hit / len(returned), hit / len(gold)
+    return (1 + beta**2) * precision * recall / (beta**2 * precision + recall)
+
+
+def _docs(e: Episode, key: str) -> set[str]:
+    return set((e.outcome.info.get(key) if e.outcome else None) or [])
+
+
+def context1_reward(anneal_steps: int = 200, answer_bonus: float = 0.3, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05) -> Reward:
+    beta = Schedule(kind="linear", start=4.0, end=2.0, steps=anneal_steps)
+    gold = lambda e: set(e.task.data.get("gold_doc_ids", []))  # noqa: E731
+
+    def f_beta_term(e: Episode, step: int) -> float:
+        return f_beta(_docs(e, "doc_ids"), gold(e), beta.value(step))
+
+    def trajectory_recall(e: Episode) -> float:
+        return len(_docs(e, "trajectory_doc_ids") & gold(e)) / max(1, len(gold(e)))
+
+    def answered(e: Episode) -> float:
+        return float(bool(e.outcome and e.outcome.success))
+
+    def prune_streak(e: Episode) -> float:
+        return max(0, (e.outcome.info.get("max_prune_streak", 0) if e.outcome else 0) - 1)
+
+    return Reward(
+        [
+            Term("f_beta", f_beta_term, 0.7, with_step=True),
+            Term("trajectory_recall", trajectory_recall, 0.3),
+            Term("answer_bonus", answered, answer_bonus),
+            Term("prune_streak", prune_streak, -prune_streak_penalty),
+            Term("turns", d.effort_penalty("turns", k=1.0, q=0.5, free=2), -turn_weight, flag=False),
+            *d.detector_terms(
+                {"malformed_tool_calls": 0.5, "answer_stuffing": 0.3, "repetition": 0.3},
+                malformed_tool_calls=d.malformed_tool_calls, answer_stuffing=d.answer_stuffing(), repetition=d.repetition,
+            ),
+        ],
+        clamp=(-1.0, 1.5),
+    )

@@ -1,0 +1,64 @@
+import asyncio
+
+import pytest
+
+from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, synthetic
+from harnessrl.envs.search.harness import _Run
+from harnessrl.envs.search.reward import f_beta
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.policy import Policy
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.types import Call, Episode, Outcome
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    docs, tasks = synthetic(0)
+    return SearchIndex(docs, tmp_path_factory.mktemp("chroma")), tasks
+
+
+def test_tools_show_new_chunks_prune_stubs_them_and_the_budget_is_enforced(index):
+    idx, tasks = index
+    run = _Run(SearchAgent(idx, context_budget=100), tasks[2].task())
+    first = run.search_corpus(tasks[2].question)
+    ids = [line.split("]")[0][1:] for line in first.splitlines()]
+    assert len(ids) == 3 and all(i in run.shown for i in ids)
+    again = run.search_corpus(tasks[2].question)
+    assert not set(ids) & {line.split("]")[0][1:] for line in again.splitlines()}
+    run.messages = [{"role": "tool", "content": first}]
+    assert run.prune_chunks([ids[0], "never-shown#0"]) == "pruned 1 chunk(s)"
+    assert f"[{ids[0]}] (pruned)" in run.messages[0]["content"] and f"[{ids[1]}] " in run.messages[0]["content"]
+    assert run.read_document("person-2").startswith("[person-2] ") and "person-2" in run.seen_docs
+    assert run.read_document("nope").startswith("error:")
+    run.used = 60
+    assert "consider prune_chunks" in run._usage()
+    run.used = 100
+    assert "only prune_chunks and answer" in run._usage()
+
+
+def test_context1_reward_by_hand():
+    assert f_beta({"a", "b"}, {"a"}, beta=1.0) == pytest.approx(2 * 0.5 * 1 / 1.5)
+    assert f_beta({"x"}, {"a"}, beta=4.0) == 0.0
+    reward = context1_reward(anneal_steps=100)
+    e = Episode(calls=[Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[0.0], policy_version=0)],
+                outcome=Outcome(answer="Venzel", success=True, info={"doc_ids": ["a", "b"], "trajectory_doc_ids": ["a", "c"], "max_prune_streak": 3}))  # fmt: skip
+    e.task.data = {"gold_doc_ids": ["a"]}
+    early, late = reward.score(e, step=0), reward.score(e, step=100)
+    assert early.terms["f_beta"] == pytest.approx(0.7 * f_beta({"a", "b"}, {"a"}, 4.0))
+    assert late.terms["f_beta"] == pytest.approx(0.7 * f_beta({"a", "b"}, {"a"}, 2.0))
+    assert early.terms["trajectory_recall"] == 0.3 and early.terms["answer_bonus"] == 0.3
+    assert early.terms["prune_streak"] == pytest.approx(-0.1) and early.terms["turns"] == 0.0
+
+
+def test_an_episode_of_the_search_agent_through_the_rollout_engine(index):
+    idx, tasks = index
+    policy = Policy.load("tiny")
+    try:
+        gateway = GatewayClient("search-admin-key", app=create_app(policy, "search-admin-key"))
+        engine = RolloutEngine(gateway, SearchAgent(idx, max_turns=3, max_tokens=16), context1_reward(), RolloutConfig(group_size=2))
+        group = asyncio.run(engine.group(tasks[0].task()))
+    finally:
+        policy.close()
+    for e in group:
+        assert e.status == "finished" and len(e.calls) == 3 and e.outcome.info["turns"] == 3
+        assert set(e.reward.terms) >= {"f_beta", "trajectory_recall", "answer_bonus", "turns", "malformed_tool_calls"}
