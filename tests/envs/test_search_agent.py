@@ -62,3 +62,37 @@ def test_an_episode_of_the_search_agent_through_the_rollout_engine(index):
     for e in group:
         assert e.status == "finished" and len(e.calls) == 3 and e.outcome.info["turns"] == 3
         assert set(e.reward.terms) >= {"f_beta", "trajectory_recall", "answer_bonus", "turns", "malformed_tool_calls"}
+
+
+def test_the_expert_records_token_exact_demonstrations_through_the_gateway(index):
+    from harnessrl.envs.search.expert import SearchExpert
+    from harnessrl.train.sequences import episode_sequences
+
+    idx, tasks = index
+    policy = Policy.load("tiny")
+    try:
+        gateway = GatewayClient("expert-admin-key", app=create_app(policy, "expert-admin-key"))
+        engine = RolloutEngine(gateway, SearchExpert(SearchAgent(idx, context_budget=400)), context1_reward(), RolloutConfig(group_size=2))
+
+        async def run():
+            return [await engine.group(t.task()) for t in tasks[:6]]
+
+        groups = asyncio.run(run())
+    finally:
+        policy.close()
+    episodes = [e for g in groups for e in g]
+    assert sum(e.outcome.success for e in episodes) == len(episodes)  # it always knows the answer
+    assert sum(e.reward.terms["f_beta"] > 0 for e in episodes) == len(episodes)
+    for e in episodes:
+        assert all(c.finish_reason == "tool_calls" and c.sampled_logprobs == [0.0] * len(c.completion_ids) for c in e.calls)
+        text = policy.decode(e.calls[0].completion_ids)
+        assert text.startswith('<tool_call>{"name": "search_corpus"') and text.endswith("<|im_end|>")
+        for prev, call in zip(e.calls, e.calls[1:]):
+            if call.extends_call is not None:  # token-exact continuation, as the gateway records rollouts
+                head = e.calls[call.extends_call]
+                assert call.prompt_ids[: len(head.prompt_ids) + len(head.completion_ids)] == head.prompt_ids + head.completion_ids
+        assert episode_sequences(e, 1.0)
+    pruned = [e for e in episodes if e.outcome.info["pruned"]]
+    assert pruned, "a 400-token budget makes the expert prune"
+    for e in pruned:  # pruning edits the history: the next call cannot extend the one before it
+        assert any(c.extends_call != i for i, c in enumerate(e.calls[1:]))

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
 from harnessrl.gateway.prompts import Turn, build_prompt
-from harnessrl.gateway.schema import ChatRequest, EpisodeCreate, EpisodeFinish, FunctionCall, Message, NamedToolChoice, ToolCall
+from harnessrl.gateway.schema import ChatRequest, Demonstration, EpisodeCreate, EpisodeFinish, FunctionCall, Message, NamedToolChoice, ToolCall
 from harnessrl.gateway.toolcalls import OPEN, parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
@@ -137,6 +137,26 @@ def create_app(
         episode.outcome, episode.status, episode.failure_reason = body.outcome, body.status, body.failure_reason
         return _episode_response(episode)
 
+    @app.post("/v1/demonstrations")
+    async def demonstrate(body: Demonstration, who: Caller = Depends(caller)) -> dict:
+        """Record an expert's chosen reply as if the policy had sampled it (logprobs 0): SFT data
+        built with exactly the prompts, template and token reuse of real rollouts."""
+        record = who.record
+        if record is None:
+            raise APIError(400, "demonstrations are recorded into an episode: use its key", code="episode_key_required")
+        if record.episode.status != "running":
+            raise APIError(409, f"episode is {record.episode.status}", code="episode_finished")
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        prompt = build_prompt(policy, body.messages, tools, record.episode.calls, record.turns)
+        completion = _rendered_reply(policy, prompt.text, body.messages, body.reply, tools)
+        record.episode.calls.append(Call(
+            agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
+            policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
+            finish_reason="tool_calls" if body.reply.tool_calls else "stop",
+        ))  # fmt: skip
+        record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity()))
+        return {"call": len(record.episode.calls) - 1, "prompt_tokens": len(prompt.ids), "completion_tokens": len(completion)}
+
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> JSONResponse:
         record = who.record
@@ -198,6 +218,16 @@ def create_app(
         })  # fmt: skip
 
     return app
+
+
+def _rendered_reply(policy: Policy, head: str, messages: list[Message], reply: Message, tools: list[dict] | None) -> list[int]:
+    """The ids of an assistant turn as the chat template renders it, through its end-of-turn token."""
+    full = policy.render([m.for_template() for m in messages] + [reply.for_template()], tools, generation_prompt=False)
+    eos = policy.tokenizer.eos_token or ""
+    end = full.rfind(eos, len(head)) if eos else -1
+    if not full.startswith(head) or end < 0:
+        raise APIError(400, "reply: the chat template does not render it after the conversation", param="reply")
+    return policy.encode(full[len(head) : end + len(eos)])
 
 
 def _caller_metadata(body: ChatRequest, record: EpisodeRecord | None) -> tuple[str, bool]:

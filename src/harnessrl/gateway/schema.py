@@ -152,6 +152,20 @@ class ChatRequest(_Strict):
         return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
 
 
+class Demonstration(_Strict):
+    """A scripted expert's turn: the conversation so far and the assistant message it chose."""
+
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    reply: Message
+
+    @model_validator(mode="after")
+    def _reply_is_assistant(self) -> Demonstration:
+        if self.reply.role != "assistant":
+            raise ValueError("reply must be an assistant message")
+        return self
+
+
 class EpisodeCreate(_Strict):
     task: Task = Field(default_factory=Task)
     agent: str = Field(default="main", description="agent name recorded on calls that do not name one")

@@ -46,7 +46,8 @@ class _Run:
         self.peak = 0
         self.prune_streak = self.max_prune_streak = 0
         self.final: tuple[str, list[str]] | None = None
-        self.messages: list[dict] = []
+        self.turns = 0
+        self.messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
         self.tools = Toolbox([self.search_corpus, self.grep_corpus, self.read_document, self.prune_chunks, self.answer])
 
     # ---- tools (their docstrings are what the model sees) -----------------------------------
@@ -107,34 +108,40 @@ class _Run:
 
     async def loop(self, llm: openai.AsyncOpenAI) -> Outcome:
         self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.task.prompt}]
-        turns = 0
-        while self.final is None and turns < self.agent.max_turns:
-            turns += 1
+        while self.final is None and self.turns < self.agent.max_turns:
             response = await llm.chat.completions.create(
                 model="policy", messages=self.messages, tools=self.tools.schemas,
                 max_tokens=self.agent.max_tokens, temperature=self.agent.temperature,
             )  # fmt: skip
-            self.used = response.usage.total_tokens
-            self.peak = max(self.peak, self.used)
-            message = response.choices[0].message
-            self.messages.append(message.model_dump(exclude_none=True))
-            if not message.tool_calls:
-                self.messages.append({"role": "user", "content": f"Use a tool. {self._usage()}"})
-                continue
-            pruning = all(c.function.name == "prune_chunks" for c in message.tool_calls)
-            self.prune_streak = self.prune_streak + 1 if pruning else 0
-            self.max_prune_streak = max(self.max_prune_streak, self.prune_streak)
-            for call in message.tool_calls:
-                if self.used >= self.agent.budget and call.function.name not in ("prune_chunks", "answer"):
-                    result = "error: the context budget is reached; prune_chunks first"
-                else:
-                    result, _ = await self.tools.call(call.function.name, call.function.arguments)
-                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": f"{result}\n{self._usage()}"})
+            await self.act(response.choices[0].message.model_dump(exclude_none=True), response.usage.total_tokens)
+        return self.outcome()
+
+    async def act(self, message: dict, used_tokens: int) -> None:
+        """Apply one assistant turn: run its tool calls (or nudge when it called none)."""
+        self.turns += 1
+        self.used, self.peak = used_tokens, max(self.peak, used_tokens)
+        self.messages.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            self.messages.append({"role": "user", "content": f"Use a tool. {self._usage()}"})
+            return
+        pruning = all(c["function"]["name"] == "prune_chunks" for c in calls)
+        self.prune_streak = self.prune_streak + 1 if pruning else 0
+        self.max_prune_streak = max(self.max_prune_streak, self.prune_streak)
+        for call in calls:
+            name = call["function"]["name"]
+            if self.used >= self.agent.budget and name not in ("prune_chunks", "answer"):
+                result = "error: the context budget is reached; prune_chunks first"
+            else:
+                result, _ = await self.tools.call(name, call["function"]["arguments"])
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"{result}\n{self._usage()}"})
+
+    def outcome(self) -> Outcome:
         text, doc_ids = self.final or ("", [])
         return Outcome(
             answer=text,
             success=answers_match(text, self.task.data.get("answer", "")),
-            info={"doc_ids": list(doc_ids), "trajectory_doc_ids": list(self.seen_docs), "turns": turns,
+            info={"doc_ids": list(doc_ids), "trajectory_doc_ids": list(self.seen_docs), "turns": self.turns,
                   "max_prune_streak": self.max_prune_streak, "peak_context": self.peak, "pruned": len(self.pruned)},
         )  # fmt: skip
 
