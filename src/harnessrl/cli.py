@@ -117,6 +117,36 @@ def save_model(
 
 
 @app.command()
+def train(
+    config: Path | None = typer.Argument(None, help="YAML job config; none = the embedded default"),
+    corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line"),
+    tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
+    out: Path = typer.Option(Path("runs/main"), help="run folder"),
+) -> None:
+    """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after."""
+    import json
+
+    from pydantic import ValidationError
+
+    from harnessrl.envs.search.data import DataError
+    from harnessrl.job.config import JobConfig
+    from harnessrl.job.main import run
+
+    try:
+        job = JobConfig.load(config)
+        if (corpus is None) != (tasks is None):
+            raise ValueError("--corpus and --tasks go together")
+        if corpus is not None:
+            job.data.corpus, job.data.tasks = corpus, tasks
+        summary = run(job, out)
+    except (ValidationError, DataError, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"run folder: {out}")
+    print(json.dumps(summary))
+
+
+@app.command()
 def sft(
     data: Path = typer.Option(..., help="demonstration episodes, one Episode JSON per line"),
     out: Path = typer.Option(..., help="run folder: metrics.jsonl, checkpoints/, model/"),

@@ -1,0 +1,55 @@
+"""The main job's configuration (YAML), validated once: an unknown key or bad value names itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.rollout import RolloutConfig
+from harnessrl.train import TrainConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Strict):
+    corpus: Path | None = Field(default=None, description="corpus.jsonl; empty = the synthetic generator")
+    tasks: Path | None = Field(default=None, description="tasks.jsonl (split train / test)")
+    synthetic_seed: int = 0
+
+
+class AgentConfig(_Strict):
+    context_budget: int = Field(default=2048, ge=256, description="tokens; past half the agent is told to prune")
+    max_turns: int = Field(default=6, ge=1)
+    k: int = Field(default=3, ge=1, description="chunks per search")
+    max_tokens: int = Field(default=96, ge=8, description="per model turn")
+
+
+class SFTConfig(_Strict):
+    steps: int = Field(default=60, ge=0, description="0 skips the warm start")
+    batch_episodes: int = 16
+    lr: float = 5e-4
+    demos_per_task: int = Field(default=1, ge=1)
+
+
+class RLConfig(_Strict):
+    updates: int = Field(default=20, ge=0)
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=1))
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=2e-5, schedule="constant"))
+
+
+class JobConfig(_Strict):
+    model: str = Field(default="tiny-base", description="'tiny-base', 'tiny' or a local Hugging Face folder")
+    seed: int = 0
+    data: DataConfig = Field(default_factory=DataConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    rl: RLConfig = Field(default_factory=RLConfig)
+    eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
+
+    @classmethod
+    def load(cls, path: Path | None) -> JobConfig:
+        return cls() if path is None else cls.model_validate(yaml.safe_load(path.read_text()) or {})
