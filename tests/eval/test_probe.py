@@ -1,15 +1,14 @@
 import json
 
-import pytest
-
 from harnessrl.eval.probe import probe, score
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Mixture, render_item
 from harnessrl.policy.model import TINY_BASE
 from harnessrl.policy.tiny import build_tokenizer
 
-# well below what the shipped checkpoint measured (tiny_base/README.md), well above chance (0)
-FLOORS = {"copy": 0.5, "recall": 0.2, "tool_args": 0.5, "record_field": 0.2}
+# about half of what the shipped checkpoint scores on these 25 items per skill (0.96, 0.76, 0.80,
+# 0.20; greedy, so deterministic), well above an untrained model (0 on every skill)
+FLOORS = {"copy": 0.5, "recall": 0.35, "tool_args": 0.4, "record_field": 0.08}
 
 
 def test_scoring_is_exact():
@@ -34,7 +33,6 @@ def test_items_render_with_the_tiny_template_and_vary():
         assert render_item(tok, a, with_answer=False).endswith("<|im_start|>assistant\n")
 
 
-@pytest.mark.skipif(not (TINY_BASE / "model.safetensors").exists(), reason="TEMPORARY: tiny-base is being pretrained")
 def test_the_shipped_tiny_base_loads_and_beats_clear_floors_on_fresh_items():
     assert (TINY_BASE / "model.safetensors").stat().st_size <= 25 * 1024 * 1024
     policy = Policy.load("tiny-base")
