@@ -128,7 +128,6 @@ def train(
 
     from pydantic import ValidationError
 
-    from harnessrl.envs.search.data import DataError
     from harnessrl.job.config import JobConfig
     from harnessrl.job.main import run
 
@@ -139,7 +138,7 @@ def train(
         if corpus is not None:
             job.data.corpus, job.data.tasks = corpus, tasks
         summary = run(job, out)
-    except (ValidationError, DataError, ValueError, OSError) as exc:
+    except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     console.print(f"run folder: {out}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Model(BaseModel):
@@ -102,3 +103,28 @@ class Episode(_Model):
     @classmethod
     def from_json(cls, line: str) -> Episode:
         return cls.model_validate_json(line)
+
+
+class TraceLineError(ValueError):
+    """A JSONL line that does not validate: the message names the file, the line and the field."""
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """Every non-blank line of a JSONL file as `model`, or TraceLineError at the first bad line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "line"
+                raise TraceLineError(f"{path}: line {number}: {where}: {first['msg']}") from None
+    if not rows:
+        raise TraceLineError(f"{path}: no lines")
+    return rows

@@ -4,6 +4,7 @@ import pytest
 
 from harnessrl.envs.search.data import DataError, Doc, SearchTask, answers_match, dump_synthetic, load, read_jsonl, synthetic
 from harnessrl.envs.search.index import SearchIndex
+from harnessrl.types import TraceLineError
 
 
 def test_synthetic_is_deterministic_and_consistent():
@@ -23,7 +24,7 @@ def test_jsonl_errors_name_file_line_and_field(tmp_path):
     bad = json.loads(lines[1])
     del bad["answer"]
     tasks.write_text("\n".join([lines[0], json.dumps(bad)]) + "\n")
-    with pytest.raises(DataError, match=r"tasks.jsonl: line 2: answer: Field required"):
+    with pytest.raises(TraceLineError, match=r"tasks.jsonl: line 2: answer: Field required"):
         read_jsonl(tasks, SearchTask)
     tasks.write_text(json.dumps(dict(json.loads(lines[0]), gold_doc_ids=["nope"])) + "\n")
     with pytest.raises(DataError, match=r"gold_doc_ids not in the corpus: \['nope'\]"):

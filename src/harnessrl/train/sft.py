@@ -15,35 +15,19 @@ import random
 import shutil
 from pathlib import Path
 
-from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.trainer import Trainer
-from harnessrl.types import Call, Episode, Task
+from harnessrl.types import Call, Episode, Task, TraceLineError, read_jsonl
 
-
-class TraceLineError(ValueError):
-    pass
+__all__ = ["TraceLineError", "demonstration", "read_episodes", "run_sft"]
 
 
 def read_episodes(path: Path) -> list[Episode]:
-    """Every episode of a JSONL file; a bad line raises with its file, line number and field."""
-    episodes = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                episodes.append(Episode.from_json(line))
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise TraceLineError(f"{path}: line {number}: {where}: {first['msg']}") from None
-    if not episodes:
-        raise TraceLineError(f"{path}: no episodes")
-    return episodes
+    """Every episode of a JSONL file; a bad line raises TraceLineError with its file, line and field."""
+    return read_jsonl(path, Episode)
 
 
 def demonstration(tokenizer, messages: list[dict], answer: str, tools: list[dict] | None = None, task: Task | None = None) -> Episode:

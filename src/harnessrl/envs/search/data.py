@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.types import Task
+from harnessrl.types import Task, read_jsonl
 
 
 class Doc(BaseModel):
@@ -38,28 +38,7 @@ class SearchTask(BaseModel):
 
 
 class DataError(ValueError):
-    pass
-
-
-M = TypeVar("M", Doc, SearchTask)
-
-
-def read_jsonl(path: Path, model: type[M]) -> list[M]:
-    """Every line of a JSONL file as `model`; a bad line raises with the file, line number and field."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(model.model_validate_json(line))
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise DataError(f"{path}: line {number}: {where}: {first['msg']}") from None
-    if not rows:
-        raise DataError(f"{path}: empty")
-    return rows
+    """Lines that validate one by one but not together (duplicate ids, unknown gold documents)."""
 
 
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
