@@ -86,11 +86,11 @@ def judge_calibrate(
 
     from harnessrl.rewards import Judge, JudgeConfig
     from harnessrl.rewards.calibrate import calibrate
-    from harnessrl.train.sft import TraceLineError, read_episodes
+    from harnessrl.types import Episode, TraceLineError, read_jsonl
 
     try:
         config = JudgeConfig.model_validate(yaml.safe_load(judge.read_text()))
-        report = asyncio.run(calibrate(Judge(config), read_episodes(episodes)))
+        report = asyncio.run(calibrate(Judge(config), read_jsonl(episodes, Episode)))
     except (TraceLineError, ValidationError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from harnessrl.envs.search.data import DataError, Doc, SearchTask, answers_match, dump_synthetic, load, read_jsonl, synthetic
+from harnessrl.envs.search.data import DataError, SearchTask, answers_match, dump_synthetic, load, read_jsonl, synthetic
 from harnessrl.envs.search.index import SearchIndex
 from harnessrl.types import TraceLineError
 
