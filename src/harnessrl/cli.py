@@ -145,6 +145,47 @@ def train(
     print(json.dumps(summary))
 
 
+@app.command("eval")
+def eval_command(
+    env: str = typer.Option(..., help="environment: search"),
+    checkpoint: str = typer.Option(..., help="a Hugging Face folder, a run folder or its checkpoints/ (newest step), or 'tiny-base'"),
+    split: str = typer.Option("test", help="train | test"),
+    repeats: int = typer.Option(1, help="episodes per task"),
+    temperature: float = typer.Option(1.0, help="sampling temperature; 0 = greedy"),
+    config: Path | None = typer.Option(None, help="job YAML: agent settings (context_budget, max_turns, ...), data, rollout timeout"),
+    corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line; default the job's data"),
+    tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
+    out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
+    concurrency: int = typer.Option(32, help="episodes in flight at once"),
+    seed: int = typer.Option(0, help="torch seed for sampling"),
+) -> None:
+    """Run a harness on every task of a split N times: each metric's mean and 95% CI. Last line: JSON."""
+    import json
+
+    from pydantic import ValidationError
+    from rich.table import Table
+
+    from harnessrl.eval.evaluate import EvalRequest, evaluate
+    from harnessrl.job.config import JobConfig
+
+    try:
+        request = EvalRequest(
+            env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
+            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=JobConfig.load(config),
+        )  # fmt: skip
+        report = evaluate(request, out)
+    except (ValidationError, ValueError, OSError) as exc:  # CheckpointError, PolicyLoadError, DataError, TraceLineError are ValueErrors
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    title = f"{env}/{split}: {report['tasks']} tasks x {report['repeats']} = {report['episodes']} episodes, {report['model']}"
+    table = Table("metric", "mean", "95% CI", title=title, caption=report["ci"]["method"])
+    for name, m in report["metrics"].items():
+        table.add_row(name, f"{m['mean']:.4g}", f"[{m['low']:.4g}, {m['high']:.4g}]")
+    console.print(table)
+    console.print(f"written: {out / 'eval.json'}, {out / 'eval.md'}, {out / 'episodes.jsonl'}")
+    print(json.dumps(report))
+
+
 @app.command()
 def sft(
     data: Path = typer.Option(..., help="demonstration episodes, one Episode JSON per line"),
@@ -175,6 +216,46 @@ def sft(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     console.print(f"sft done: step {metrics.get('step')}, loss {metrics.get('loss/sft', float('nan')):.4f}; model in {out / 'model'}")
+
+
+@app.command()
+def report(
+    run: Path = typer.Argument(..., help="run folder: metrics.jsonl (and sft/metrics.jsonl, summary.json when the main job wrote them)"),
+    other: Path | None = typer.Argument(None, help="a second run folder, drawn on the same plots and tabled side by side"),
+    out: Path | None = typer.Option(None, help="the HTML page; default RUN/report.html, PNGs in a folder beside it named after it (RUN/report/)"),
+) -> None:
+    """One static HTML page: reward and its terms, held-out success, entropy, clip fractions, ratios, staleness, logprob gap, hacking flags."""
+    from harnessrl.eval.report import ReportError, write_report
+
+    try:
+        page = write_report([run] if other is None else [run, other], out)
+    except (ReportError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    print(page)
+
+
+@app.command("inspect")
+def inspect_episode(
+    episode: str = typer.Argument(..., help="a JSONL file of episodes, or (with --run) the id of an episode"),
+    index: int | None = typer.Option(None, help="which episode of the file, from 0 (default: the first)"),
+    episode_id: str | None = typer.Option(None, "--id", help="the episode of the file with this id"),
+    run: Path | None = typer.Option(None, help="run folder whose *.jsonl files (demos, eval_before, eval_after, ...) are searched, in name order, for EPISODE as an id"),
+    model: str = typer.Option("tiny-base", help="whose tokenizer decodes the ids: 'tiny', 'tiny-base' or a local Hugging Face folder"),
+    logprobs: bool = typer.Option(False, help="also list every completion token: position, loss mask, sampled logprob, p"),
+) -> None:
+    """One episode token by token: call boundaries, prompt (dim), completion green where trained and red where not (the trainer's own mask)."""
+    from pydantic import ValidationError
+
+    from harnessrl.eval.inspect import load_episode, load_tokenizer, render
+
+    try:
+        chosen = load_episode(episode, run, index, episode_id)
+        tokenizer = load_tokenizer(model)
+    except (ValidationError, ValueError, OSError) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError are ValueErrors
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)
 
 
 def _load_policy(model: str, seed: int, max_batch: int = 64):

@@ -1,9 +1,19 @@
-"""PNG plots for a run folder (matplotlib, headless)."""
+"""PNG plots for run folders (matplotlib, headless): metric curves over updates, held-out bars.
+
+Curves of several runs share one figure: a colour per metric key, a line style per run.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+RUN_STYLES = ["-", "--", ":", "-."]
+HELDOUT = [  # (bar group, summary key before RL, summary key after RL)
+    ("sampled (T=1)", "heldout_success_before", "heldout_success_after"),
+    ("greedy", "heldout_success_greedy_before", "heldout_success_greedy_after"),
+]
 
 
 def _pyplot():
@@ -15,36 +25,122 @@ def _pyplot():
     return plt
 
 
+def reward_keys(rows: list[dict]) -> list[str]:
+    """reward/mean and every reward/<term> the rows carry (not the batch std and max)."""
+    keys = {
+        k
+        for r in rows
+        for k in r
+        if k.startswith("reward/") and k not in ("reward/std", "reward/max")
+    }
+    return sorted(keys, key=lambda k: (k != "reward/mean", k))
+
+
 def plot_rewards(metrics: Path, out: Path) -> None:
     """reward/mean and every reward/<term> over RL updates."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if '"reward/mean"' in line]
-    if not rows:
-        return
+    rows = [
+        json.loads(line)
+        for line in metrics.read_text().splitlines()
+        if '"reward/mean"' in line
+    ]
+    if rows:
+        plot_curves(
+            {"": rows},
+            reward_keys(rows),
+            out,
+            "reward and its terms over updates",
+            "reward",
+        )
+
+
+def plot_curves(
+    runs: dict[str, list[dict]],
+    keys: list[str],
+    out: Path,
+    title: str,
+    ylabel: str,
+    log: bool = False,
+) -> None:
+    """Each key over the rows of each run that have it; x is the row's 1-based position (the update).
+
+    `runs` maps a label ("" for a single unnamed run) to its rows; `log` uses a log y axis when
+    every plotted value is positive.
+    """
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    keys = sorted({k for r in rows for k in r if k.startswith("reward/") and k not in ("reward/std", "reward/max")})
-    for key in keys:
-        axis.plot([r["step"] for r in rows], [r.get(key, float("nan")) for r in rows], label=key, linewidth=2 if key == "reward/mean" else 1)
-    axis.set(xlabel="trainer step", ylabel="reward", title="reward and its terms over updates")
+    colours = {key: f"C{i % 10}" for i, key in enumerate(keys)}
+    values = []
+    for r, (label, rows) in enumerate(runs.items()):
+        for key in keys:
+            points = [
+                (x, row[key])
+                for x, row in enumerate(rows, start=1)
+                if not math.isnan(_number(row.get(key)))
+            ]
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            values += ys
+            name = f"{label}: {key}" if label else key
+            width = 2 if key == "reward/mean" else 1.2
+            axis.plot(
+                xs,
+                ys,
+                RUN_STYLES[r % len(RUN_STYLES)],
+                color=colours[key],
+                label=name,
+                linewidth=width,
+                marker="o" if len(xs) < 30 else None,
+                markersize=3,
+            )
+    if log and values and min(values) > 0:
+        axis.set_yscale("log")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set(xlabel="update", ylabel=ylabel, title=title)
     axis.legend(fontsize=7, ncol=2)
     axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
+    _save(plt, figure, out)
 
 
 def plot_heldout(summary: dict, out: Path) -> None:
+    """Held-out success before and after RL, sampled and greedy, from a summary.json."""
+    plot_heldout_runs({"": summary}, out)
+
+
+def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
+    """The same bars for several runs side by side; a missing key leaves its bar out."""
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(5, 3.5))
-    labels = ["sampled (T=1)", "greedy"]
-    before = [summary["heldout_success_before"], summary["heldout_success_greedy_before"]]
-    after = [summary["heldout_success_after"], summary["heldout_success_greedy_after"]]
-    xs = range(len(labels))
-    axis.bar([x - 0.2 for x in xs], before, width=0.4, label="before RL")
-    axis.bar([x + 0.2 for x in xs], after, width=0.4, label="after RL")
-    axis.set_xticks(list(xs), labels)
+    groups = [
+        g for g in HELDOUT if any(k in s for s in summaries.values() for k in g[1:])
+    ]
+    bars = [
+        (label, when, index)
+        for label in summaries
+        for when, index in (("before RL", 1), ("after RL", 2))
+    ]
+    width = 0.8 / len(bars)
+    figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1), 3.5))
+    for b, (label, when, index) in enumerate(bars):
+        heights = [_number(summaries[label].get(g[index])) for g in groups]
+        xs = [x - 0.4 + width * (b + 0.5) for x in range(len(groups))]
+        axis.bar(xs, heights, width=width, label=f"{label}: {when}" if label else when)
+    axis.set_xticks(list(range(len(groups))), [g[0] for g in groups])
     axis.set(ylim=(0, 1), ylabel="held-out success", title="held-out tasks")
-    axis.legend()
+    axis.legend(fontsize=7)
+    _save(plt, figure, out)
+
+
+def _number(value) -> float:
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else math.nan
+    )
+
+
+def _save(plt, figure, out: Path) -> None:
     figure.tight_layout()
     figure.savefig(out, dpi=110)
     plt.close(figure)

@@ -28,12 +28,13 @@ from harnessrl.train import losses
 from harnessrl.train.advantages import group_advantages, is_degenerate
 from harnessrl.train.checkpoint import load_state, save_checkpoint
 from harnessrl.train.config import TrainConfig
+from harnessrl.train.loggers import MetricLoggers
 from harnessrl.train.sequences import Sequence, episode_sequences
 from harnessrl.types import Episode
 
 
 class Trainer:
-    def __init__(self, model, tokenizer, config: TrainConfig | None = None, run_dir: Path | None = None, policy: Policy | None = None):
+    def __init__(self, model, tokenizer, config: TrainConfig | None = None, run_dir: Path | None = None, policy: Policy | None = None, loggers: list[str] | None = None):
         self.config = config = config or TrainConfig()
         torch.manual_seed(config.seed)
         random.seed(config.seed)
@@ -55,6 +56,9 @@ class Trainer:
         self.step = 0
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
+        if loggers and run_dir is None:
+            raise ValueError("loggers write beside metrics.jsonl: give the trainer a run_dir")
+        self.loggers = MetricLoggers(run_dir, loggers) if loggers else None  # TensorBoard / wandb (train/loggers.py)
 
     # ---- steps -----------------------------------------------------------------------------
 
@@ -129,7 +133,7 @@ class Trainer:
                     per_token = per_token + cfg.kl_coef * kl
             loss = losses.aggregate(per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens)
             loss.backward()
-            stats.add(loss, logp, entropy, mb, ratio, weight, kl, version, cfg)
+            stats.add(loss, logp, entropy, mb, ratio, weight, kl, version if rl else -1, cfg)  # demos: no staleness or gap
 
         # optimizer step, weight push
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
@@ -229,6 +233,8 @@ class Trainer:
         if self.run_dir is not None:
             with open(self.run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(metrics) + "\n")
+        if self.loggers is not None:
+            self.loggers.write(metrics)
 
 
 class _Stats:

@@ -1,0 +1,378 @@
+"""Benchmark evaluation (`harnessrl eval`): an environment's harness on every task of a split, N
+times each, through the gateway and the rollout engine exactly as in training; every metric's mean
+with a 95% confidence interval.
+
+Per episode (`episode_metrics`, stored in `Episode.metrics`):
+
+    success          1 when the harness reported success; a failed episode (raised, timed out) is 0
+    failed           1 when the episode failed
+    reward           the environment's reward, scored at the end of its schedules (so checkpoints
+                     compare under one formula); a failed episode gets the rollout's failure_reward
+    reward/<term>    each weighted term of the breakdown; a term an episode lacks counts 0
+    steps            model calls, all agents
+    critical_steps   the longest chain of calls, each starting after the previous one ended
+    context_tokens   the largest prompt + completion of one call
+    tool_errors      malformed tool calls + `error:` observations (see `tool_errors`)
+    latency_seconds  the episode's wall time, gateway create -> harness -> finish, at the run's load
+
+Intervals: percentile bootstrap over tasks (`bootstrap_ci`); the repeats of a task stay together.
+
+Knows environments, harnesses, rewards, the gateway and the rollout engine; knows nothing about
+training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.harness import Harness
+from harnessrl.job.config import JobConfig
+from harnessrl.rewards import Reward
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.types import Call, Episode, RewardBreakdown, Task
+
+ADMIN = "harnessrl-eval-admin"
+SCHEDULE_END = 10**9  # a step past every schedule's end: rewards at their final formula
+CI_LEVEL, CI_RESAMPLES = 0.95, 2000
+CI_METHOD = f"percentile bootstrap over tasks ({CI_RESAMPLES} resamples, seed 0)"
+
+
+class CheckpointError(ValueError):
+    """--checkpoint names nothing loadable; the message lists what was looked for."""
+
+
+class EvalRequest(BaseModel):
+    """What `harnessrl eval` was asked for, validated once."""
+
+    model_config = ConfigDict(extra="forbid")
+    env: str = Field(description="an environment of ENVS")
+    split: Literal["train", "test"] = "test"
+    checkpoint: str = Field(
+        description="model folder, run folder, checkpoints/ folder, or 'tiny-base'"
+    )
+    repeats: int = Field(default=1, ge=1, description="episodes per task")
+    temperature: float = Field(
+        default=1.0, ge=0, description="sampling temperature; 0 = greedy"
+    )
+    concurrency: int = Field(default=32, ge=1, description="episodes in flight at once")
+    seed: int = 0
+    corpus: Path | None = Field(
+        default=None, description="corpus JSONL; overrides the job config's"
+    )
+    tasks: Path | None = Field(
+        default=None, description="tasks JSONL; overrides the job config's"
+    )
+    job: JobConfig = Field(
+        default_factory=JobConfig, description="agent settings, data, rollout timeout"
+    )
+
+    @model_validator(mode="after")
+    def _known(self) -> EvalRequest:
+        if self.env not in ENVS:
+            raise ValueError(
+                f"--env {self.env!r}: unknown; known: {', '.join(sorted(ENVS))}"
+            )
+        if (self.corpus is None) != (self.tasks is None):
+            raise ValueError("--corpus and --tasks go together")
+        return self
+
+
+@dataclass
+class EvalEnv:
+    """What an environment hands the evaluator: the harness, the split's tasks, the reward."""
+
+    harness: Harness
+    tasks: list[Task]
+    reward: Reward
+
+
+def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
+    from harnessrl.envs.search import (
+        SearchAgent,
+        SearchIndex,
+        context1_reward,
+        load,
+        synthetic,
+    )
+
+    data, a = request.job.data, request.job.agent
+    corpus, tasks = request.corpus or data.corpus, request.tasks or data.tasks
+    docs, items = (
+        load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed)
+    )
+    index = SearchIndex(docs, workdir / "index")
+    agent = SearchAgent(
+        index,
+        a.context_budget,
+        a.max_turns,
+        a.k,
+        a.max_tokens,
+        temperature=request.temperature,
+    )
+    split = [t.task() for t in items if t.split == request.split]
+    return EvalEnv(agent, split, context1_reward())
+
+
+ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env}
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """The model behind --checkpoint: 'tiny' / 'tiny-base' as they are, else the first folder with a
+    config.json among DIR, DIR/model (an SFT run's final weights), the step DIR/latest names (a
+    checkpoints/ folder) and the step DIR/checkpoints/latest names (a run folder)."""
+    if checkpoint in ("tiny", "tiny-base"):
+        return checkpoint
+    path = Path(checkpoint)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')"
+        )
+    candidates = [path, path / "model", _latest(path), _latest(path / "checkpoints")]
+    for candidate in candidates:
+        if candidate is not None and (candidate / "config.json").is_file():
+            return str(candidate)
+    raise CheckpointError(
+        f"--checkpoint {checkpoint}: no model folder: looked for config.json in it, in model/, "
+        "and in the step named by latest or checkpoints/latest"
+    )
+
+
+def _latest(root: Path) -> Path | None:
+    pointer = root / "latest"
+    return root / pointer.read_text().strip() if pointer.is_file() else None
+
+
+# ---- per-episode metrics ------------------------------------------------------------------------
+
+
+def critical_steps(calls: list[Call]) -> int:
+    """The longest chain of calls in which each starts after the previous one ended.
+
+    One agent's calls follow each other, so a single agent's count is its number of calls.
+    Sub-agents running in parallel overlap in time, so a stage costs the orchestrator's calls plus
+    the longest sub-agent's only: Kimi K2.5's sum over stages of S_main + max_i S_sub,i, read off the
+    calls' timestamps, whatever the agents are called (parallel sub-agents may share a name).
+    """
+    ordered = sorted(calls, key=lambda c: c.ended_at)
+    chain: list[int] = []  # chain[i]: the longest chain that ends with ordered[i]
+    for i, call in enumerate(ordered):
+        before = [chain[j] for j in range(i) if ordered[j].ended_at <= call.started_at]
+        chain.append(1 + max(before, default=0))
+    return max(chain, default=0)
+
+
+_ERROR_LINE = re.compile(r"^error:", re.MULTILINE)
+
+
+def tool_errors(calls: list[Call], decode: Callable[[list[int]], str]) -> int:
+    """Malformed tool calls (`Call.tool_call_error`) plus observations that begin a line with
+    `error:` (the Toolbox's convention: unknown tool, bad arguments, raised, timed out) among what
+    a call's prompt adds to its agent's previous call. When the prompt extends that call, that is
+    the new tokens; after a history edit it is the growth in such lines, less the previous
+    completion's own. Observations no later call saw (after an agent's last call) are not counted.
+    """
+    count = sum(c.tool_call_error is not None for c in calls)
+    last: dict[str, int] = {}  # agent -> index of its latest call
+    for i, call in enumerate(calls):
+        if call.extends_call is not None:
+            prev = calls[call.extends_call]
+            added = call.prompt_ids[len(prev.prompt_ids) + len(prev.completion_ids) :]
+            count += _errors(decode(added))
+        elif call.agent in last:
+            prev = calls[last[call.agent]]
+            seen = _errors(decode(prev.prompt_ids)) + _errors(
+                decode(prev.completion_ids)
+            )
+            count += max(0, _errors(decode(call.prompt_ids)) - seen)
+        last[call.agent] = i
+    return count
+
+
+def _errors(text: str) -> int:
+    return len(_ERROR_LINE.findall(text))
+
+
+def episode_metrics(
+    episode: Episode, decode: Callable[[list[int]], str]
+) -> dict[str, float]:
+    """Every metric of one episode but latency (which only the runner can time)."""
+    calls, reward = episode.calls, episode.reward
+    terms = reward.terms if reward else {}
+    sizes = [len(c.prompt_ids) + len(c.completion_ids) for c in calls]
+    return {
+        "success": float(bool(episode.outcome and episode.outcome.success)),
+        "failed": float(episode.status == "failed"),
+        "reward": reward.total if reward else 0.0,
+        **{f"reward/{name}": value for name, value in terms.items()},
+        "steps": float(len(calls)),
+        "critical_steps": float(critical_steps(calls)),
+        "context_tokens": float(max(sizes, default=0)),
+        "tool_errors": float(tool_errors(calls, decode)),
+    }
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+def bootstrap_ci(
+    values: list[float],
+    level: float = CI_LEVEL,
+    resamples: int = CI_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval (Efron) of the mean of `values`: the (1 - level) / 2 and
+    (1 + level) / 2 quantiles of the means of `resamples` draws with replacement. One value gives a
+    zero-width interval."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean())
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(x), size=(resamples, len(x)))  # (R, n) task indices
+    low, high = np.quantile(x[draws].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
+    """Per metric: the mean over tasks of each task's mean over its repeats, and its 95% interval."""
+    by_task: dict[str, list[Episode]] = {}
+    for e in episodes:
+        by_task.setdefault(e.task.id, []).append(e)
+    names = list(dict.fromkeys(name for e in episodes for name in e.metrics))
+    fixed = [n for n in names if not n.startswith("reward/")]
+    names = fixed + sorted(n for n in names if n.startswith("reward/"))
+    out = {}
+    for name in names:
+        per_task = [
+            float(np.mean([e.metrics.get(name, 0.0) for e in group]))
+            for group in by_task.values()
+        ]
+        low, high = bootstrap_ci(per_task)
+        out[name] = {"mean": float(np.mean(per_task)), "low": low, "high": high}
+    return out
+
+
+# ---- the run ----------------------------------------------------------------------------------
+
+
+async def run_episodes(
+    gateway: GatewayClient, env: EvalEnv, repeats: int, rollout: RolloutConfig
+) -> list[Episode]:
+    """`repeats` episodes of every task, `rollout.concurrency` in flight, scored per task at the end
+    of the reward's schedules; each episode's wall seconds in `metrics["latency_seconds"]`."""
+    engine = RolloutEngine(gateway, env.harness, env.reward, rollout)
+    # slots taken here, not in the engine, so latency leaves out the wait for one
+    slots = asyncio.Semaphore(rollout.concurrency)
+
+    async def timed(task: Task) -> Episode:
+        async with slots:
+            started = time.perf_counter()
+            episode = await engine.episode(task)
+        episode.metrics["latency_seconds"] = time.perf_counter() - started
+        return episode
+
+    groups = await asyncio.gather(
+        *(asyncio.gather(*(timed(t) for _ in range(repeats))) for t in env.tasks)
+    )
+    for group in groups:
+        finished = [e for e in group if e.status == "finished"]
+        if finished:
+            await env.reward.score_group(finished, SCHEDULE_END)
+        for e in group:  # as in training: a failed episode scores failure_reward
+            if e.status == "failed":
+                r = rollout.failure_reward
+                e.reward = RewardBreakdown(
+                    total=r,
+                    terms={"failure": r},
+                    weights={"failure": 1.0},
+                    flags=["failed"],
+                )
+    return [e for group in groups for e in group]
+
+
+def evaluate(request: EvalRequest, out: Path) -> dict:
+    """Run the evaluation; write out/eval.json, out/eval.md, out/episodes.jsonl; return eval.json's data."""
+    import torch
+
+    from harnessrl.policy import Policy
+
+    model = resolve_checkpoint(request.checkpoint)
+    out.mkdir(parents=True, exist_ok=True)
+    env = ENVS[request.env](request, out)
+    if not env.tasks:
+        raise ValueError(f"--env {request.env}: the {request.split} split has no tasks")
+    torch.manual_seed(request.seed)
+    policy = Policy.load(model, seed=request.seed)
+    rollout = request.job.rl.rollout.model_copy(
+        update={"concurrency": request.concurrency}
+    )
+    started = time.perf_counter()
+    try:
+        episodes = asyncio.run(_run(policy, env, request.repeats, rollout))
+        for e in episodes:
+            e.metrics = episode_metrics(e, policy.decode) | e.metrics
+    finally:
+        policy.close()
+    report = {
+        "env": request.env,
+        "split": request.split,
+        "checkpoint": request.checkpoint,
+        "model": model,
+        "temperature": request.temperature,
+        "repeats": request.repeats,
+        "tasks": len(env.tasks),
+        "episodes": len(episodes),
+        "ci": {"method": CI_METHOD, "level": CI_LEVEL},
+        "metrics": summarize(episodes),
+        "wall_seconds": time.perf_counter() - started,
+    }
+    (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
+    (out / "eval.json").write_text(json.dumps(report, indent=1))
+    (out / "eval.md").write_text(markdown(report))
+    return report
+
+
+async def _run(
+    policy, env: EvalEnv, repeats: int, rollout: RolloutConfig
+) -> list[Episode]:
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
+    try:
+        return await run_episodes(gateway, env, repeats, rollout)
+    finally:
+        await gateway.aclose()
+
+
+def markdown(report: dict) -> str:
+    """eval.json as a markdown table, with the run's facts above it."""
+    r = report
+    facts = (
+        f"checkpoint `{r['checkpoint']}` (model `{r['model']}`), {r['tasks']} tasks x "
+        f"{r['repeats']} repeats = {r['episodes']} episodes, temperature {r['temperature']}; "
+        f"{r['ci']['level']:.0%} CI: {r['ci']['method']}"
+    )
+    lines = [
+        f"# eval: {r['env']} / {r['split']}",
+        "",
+        facts,
+        "",
+        "| metric | mean | 95% CI |",
+        "|---|---:|---|",
+    ]
+    for name, m in r["metrics"].items():
+        lines.append(
+            f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,243 @@
+"""`harnessrl inspect`: one recorded episode, token by token, as the trainer will see it.
+
+Every call gets a header (agent, policy_version, trainable, finish_reason, extends_call, and the
+training sequence it merged into); its new prompt tokens are dim, its completion tokens green
+where they carry loss and red where they do not, underlined where they were sampled with
+probability below 0.1. The loss mask is read off `train.sequences.episode_sequences`, never
+recomputed here, so what is shown is what the trainer trains on.
+
+It knows episodes, tokenizers and the terminal; it knows nothing about HTTP or rewards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from harnessrl.train.sequences import episode_sequences
+from harnessrl.types import Call, Episode, TraceLineError, read_jsonl
+
+SURPRISE = 0.1  # completion tokens sampled with a lower probability are underlined
+TRAINED = ("green", "bright_green")  # alternate shades show token boundaries
+NOT_TRAINED = ("red", "bright_red")
+
+
+class EpisodeNotFound(ValueError):
+    pass
+
+
+def load_episode(
+    source: str,
+    run: Path | None = None,
+    index: int | None = None,
+    episode_id: str | None = None,
+) -> Episode:
+    """`source` is a JSONL file of episodes (pick by `index`, default 0, or `episode_id`), or, with
+    `run`, the id of an episode in one of the run folder's *.jsonl files (searched in name order)."""
+    path = Path(source)
+    if path.is_file():
+        episodes = read_jsonl(path, Episode)
+        if episode_id is not None:
+            for episode in episodes:
+                if episode.id == episode_id:
+                    return episode
+            raise EpisodeNotFound(f"{path}: no episode with id {episode_id}")
+        index = 0 if index is None else index
+        if not 0 <= index < len(episodes):
+            raise EpisodeNotFound(
+                f"{path}: --index {index}, but the file holds {len(episodes)} episodes (0..{len(episodes) - 1})"
+            )
+        return episodes[index]
+    if run is None:
+        raise EpisodeNotFound(
+            f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)"
+        )
+    if index is not None or episode_id is not None:
+        raise EpisodeNotFound(
+            "--index and --id pick from a JSONL file; with --run, EPISODE is the id"
+        )
+    return _find_in_run(run, source)
+
+
+def _find_in_run(run: Path, episode_id: str) -> Episode:
+    if not run.is_dir():
+        raise EpisodeNotFound(f"{run}: no such run folder")
+    files = sorted(run.glob("*.jsonl"))
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if episode_id not in line:  # cheap filter before parsing
+                    continue
+                try:
+                    row = json.loads(line)
+                    if isinstance(row, dict) and row.get("id") == episode_id:
+                        return Episode.model_validate(row)
+                except ValueError as exc:  # JSONDecodeError, ValidationError
+                    raise TraceLineError(f"{path}: line {number}: {exc}") from None
+    names = ", ".join(p.name for p in files) or "none"
+    raise EpisodeNotFound(
+        f"{run}: no episode with id {episode_id} in its *.jsonl files ({names})"
+    )
+
+
+def load_tokenizer(model: str):
+    """Only the tokenizer of 'tiny', 'tiny-base' or a local Hugging Face folder (no weights)."""
+    from transformers import AutoTokenizer
+
+    from harnessrl.policy import PolicyLoadError
+    from harnessrl.policy.model import TINY_BASE
+    from harnessrl.policy.tiny import build_tokenizer
+
+    if model == "tiny":
+        return build_tokenizer()
+    path = TINY_BASE if model == "tiny-base" else Path(model)
+    if (
+        not (path / "tokenizer_config.json").is_file()
+        and not (path / "tokenizer.json").is_file()
+    ):
+        raise PolicyLoadError(
+            f"--model {model}: not 'tiny', 'tiny-base' or a folder with a tokenizer"
+        )
+    return AutoTokenizer.from_pretrained(path)
+
+
+def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None]]:
+    """Each call's completion loss mask and the index of the training sequence it merged into.
+
+    Read off `episode_sequences`: a call merged into a sequence has its prompt at positions
+    [0, len(prompt)) of it, so its completion's mask is the slice right after. A call whose
+    sequence was dropped (no loss token at all) has mask 0 everywhere and no sequence.
+    """
+    masks = [[0] * len(call.completion_ids) for call in episode.calls]
+    sequence_of: list[int | None] = [None] * len(episode.calls)
+    for s, seq in enumerate(episode_sequences(episode)):
+        for index in seq.calls:
+            call = episode.calls[index]
+            start = len(call.prompt_ids)
+            masks[index] = seq.loss_mask[start : start + len(call.completion_ids)]
+            sequence_of[index] = s
+    return masks, sequence_of
+
+
+def render(
+    episode: Episode, tokenizer, console: Console, logprobs: bool = False
+) -> None:
+    """Print the episode; `logprobs` adds a line per completion token (position, mask, logprob, p)."""
+    masks, sequence_of = completion_masks(episode)
+    main = episode.calls[0].agent if episode.calls else "main"
+    sequences = len({s for s in sequence_of if s is not None})
+    console.print(
+        Text(
+            f"episode {episode.id} · task {episode.task.id} · status {episode.status} · "
+            f"{len(episode.calls)} calls · {sequences} training sequences, "
+            f"{sum(map(sum, masks))} loss tokens",
+            style="bold",
+        )
+    )
+    if episode.reward is not None:
+        r = episode.reward
+        terms = ", ".join(f"{k} {v:+.3f}" for k, v in r.terms.items())
+        flags = f" · flags: {', '.join(r.flags)}" if r.flags else ""
+        failure = f" · failure: {r.failure}" if r.failure else ""
+        console.print(Text(f"reward {r.total:+.3f} ({terms}){flags}{failure}"))
+    if episode.failure_reason:
+        console.print(Text(f"failed: {episode.failure_reason}", style="red"))
+    console.print(
+        Text.assemble(
+            "tokens: ",
+            ("prompt", "dim"),
+            " · ",
+            ("completion, trained", TRAINED[0]),
+            " · ",
+            ("completion, not trained", NOT_TRAINED[0]),
+            " · ",
+            (f"sampled with p < {SURPRISE}", "underline"),
+        )
+    )
+    for index, call in enumerate(episode.calls):
+        console.print(_header(index, call, sequence_of[index], call.agent != main))
+        # prompt: only what is new since the call it extends
+        head = _extended_head(episode, call)
+        line = f"prompt: {len(call.prompt_ids)} tokens"
+        if head:
+            line += f", the first {head} are call {call.extends_call}'s prompt + completion; new"
+        console.print(Text(line + ":", style="italic"))
+        prompt = "".join(map(_visible, _pieces(tokenizer, call.prompt_ids[head:])))
+        console.print(Text(prompt, style="dim"))
+        # completion: coloured by the loss mask
+        mask, pieces = masks[index], _pieces(tokenizer, call.completion_ids)
+        mean = sum(call.sampled_logprobs) / max(1, len(call.sampled_logprobs))
+        console.print(
+            Text(
+                f"completion: {len(pieces)} tokens, {sum(mask)} trained, "
+                f"mean logprob {mean:.3f}",
+                style="italic",
+            )
+        )
+        console.print(_completion(pieces, mask, call.sampled_logprobs))
+        if logprobs:
+            console.print(*_listing(pieces, mask, call.sampled_logprobs), sep="\n")
+
+
+def _header(index: int, call: Call, sequence: int | None, sub_agent: bool) -> Text:
+    fields = [
+        f"call {index}",
+        f"agent {call.agent}" + (" (sub-agent)" if sub_agent else ""),
+        f"policy_version {call.policy_version}",
+        f"trainable {call.trainable}",
+        f"finish_reason {call.finish_reason}",
+        f"extends_call {call.extends_call}",
+        f"sequence {'none (no loss token)' if sequence is None else sequence}",
+    ]
+    if call.tool_call_error:
+        fields.append(f"tool_call_error: {call.tool_call_error}")
+    return Text(
+        "\n── " + " · ".join(fields), style="bold magenta" if sub_agent else "bold cyan"
+    )
+
+
+def _completion(pieces: list[str], mask: list[int], logprobs: list[float]) -> Text:
+    """Green where trained, red where not, in alternating shades; underlined if p < SURPRISE."""
+    text = Text()
+    for i, (piece, bit, logprob) in enumerate(zip(pieces, mask, logprobs)):
+        colour = (TRAINED if bit else NOT_TRAINED)[i % 2]
+        surprise = math.exp(logprob) < SURPRISE
+        text.append(
+            _visible(piece), style=f"{colour} underline" if surprise else colour
+        )
+    return text
+
+
+def _listing(pieces: list[str], mask: list[int], logprobs: list[float]) -> list[Text]:
+    """One line per completion token: position, loss mask, sampled logprob, p, the token."""
+    lines = [Text(f"{'pos':>6}  mask  {'logprob':>9}  {'p':>6}  token", style="italic")]
+    for i, (piece, bit, lp) in enumerate(zip(pieces, mask, logprobs)):
+        row = f"{i:>6}  {bit:>4}  {lp:>9.4f}  {math.exp(lp):>6.3f}  {piece!r}"
+        lines.append(Text(row, style=(TRAINED if bit else NOT_TRAINED)[0]))
+    return lines
+
+
+def _extended_head(episode: Episode, call: Call) -> int:
+    """How many leading prompt tokens repeat the extended call's prompt + completion (0 if none)."""
+    if call.extends_call is None or not 0 <= call.extends_call < len(episode.calls):
+        return 0
+    earlier = episode.calls[call.extends_call]
+    head = earlier.prompt_ids + earlier.completion_ids
+    return len(head) if call.prompt_ids[: len(head)] == head else 0
+
+
+def _visible(piece: str) -> str:
+    """Control characters (other than newline and tab) as \\xNN, so the terminal shows rather than obeys them."""
+    return "".join(
+        f"\\x{ord(c):02x}" if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127 else c
+        for c in piece
+    )
+
+
+def _pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Each id decoded alone (special tokens kept); a piece of a multi-byte character shows as U+FFFD."""
+    return tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False)

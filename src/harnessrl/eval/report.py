@@ -1,0 +1,281 @@
+"""`harnessrl report`: one static HTML page of a run's curves and summary, or of two runs side by side.
+
+Reads RUN/metrics.jsonl (one line per trainer update, as train/trainer.py and the rollout engine
+write it), and RUN/sft/metrics.jsonl and RUN/summary.json (the main job's SFT phase and held-out
+numbers) when there are. The PNGs
+(eval/plots.py) go into a folder named after the page, next to it (report.html -> report/), and
+the page refers to them relatively, so the pair can be copied anywhere. A panel whose keys no run
+logged is listed on the page as missing rather than drawn empty.
+
+It knows metric keys and files; it knows nothing about models or training.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+from harnessrl.eval.plots import HELDOUT, RUN_STYLES, plot_curves, plot_heldout_runs
+
+
+class ReportError(ValueError):
+    """A run folder that cannot be reported on; the message names the file (and line)."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str  # the PNG's file name, without .png
+    title: str
+    ylabel: str
+    keys: tuple[str, ...] = ()  # exact keys, in this order
+    prefix: str = ""  # or every key with this prefix ...
+    exclude: tuple[str, ...] = ()  # ... but these
+    phase: Literal["rl", "sft"] = "rl"
+    log: bool = False
+
+    def pick(self, present: set[str]) -> list[str]:
+        if self.prefix:
+            picked = [k for k in present if k.startswith(self.prefix)]
+            keys = [k for k in picked if k not in self.exclude]
+            return sorted(keys, key=lambda k: (k != "reward/mean", k))  # the mean first
+        return [k for k in self.keys if k in present]
+
+    def describe(self) -> str:
+        return f"{self.prefix}*" if self.prefix else ", ".join(self.keys)
+
+
+# fmt: off
+RATIOS = tuple(f"policy/{w}_{s}" for w in ("ratio", "is_weight") for s in ("mean", "min", "max"))
+PANELS = [
+    Panel("reward", "reward and its terms", "reward", prefix="reward/", exclude=("reward/std", "reward/max")),
+    Panel("hacking", "hacking flags", "share of the batch's episodes flagged", prefix="hacking/"),
+    Panel("entropy", "policy entropy on loss tokens", "nats", keys=("policy/entropy",)),
+    Panel("clip", "clip fractions", "share of loss tokens", keys=("policy/clip_frac_low", "policy/clip_frac_high", "policy/is_weight_capped")),
+    Panel("ratios", "importance ratios", "ratio", keys=RATIOS),
+    Panel("staleness", "staleness: current version - sampling version", "policy versions", keys=("policy/staleness",)),
+    Panel("logprob_gap", "train/sample logprob gap", "mean |log pi_train - log pi_sampled|", keys=("policy/logprob_gap",), log=True),
+    Panel("kl", "KL to the initial weights", "KL", keys=("policy/kl",)),
+    Panel("loss", "policy loss", "loss", keys=("loss/policy",)),
+    Panel("sft_loss", "SFT loss", "loss", keys=("loss/sft",), phase="sft"),
+]
+# fmt: on
+
+
+@dataclass
+class Run:
+    folder: Path
+    label: str
+    # RL and SFT updates, each in the order metrics.jsonl logged them
+    rl: list[dict[str, Any]] = field(default_factory=list)
+    sft: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None  # summary.json, when the run has one
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every non-blank line of a metrics.jsonl, or ReportError naming the first bad line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ReportError(
+                    f"{path}: line {number}: not JSON ({exc.msg} at column {exc.colno}); truncated by a killed run?"
+                ) from None
+            if not isinstance(row, dict):
+                raise ReportError(f"{path}: line {number}: not a JSON object")
+            rows.append(row)
+    if not rows:
+        raise ReportError(f"{path}: no metric lines")
+    return rows
+
+
+def load_run(folder: Path, label: str) -> Run:
+    if not folder.is_dir():
+        raise ReportError(f"{folder}: no such run folder")
+    metrics = folder / "metrics.jsonl"
+    sft = folder / "sft" / "metrics.jsonl"  # the main job's SFT phase logs apart
+    if not metrics.is_file() and not sft.is_file():
+        raise ReportError(
+            f"{metrics}: missing; a run folder holds one line per trainer update"
+        )
+    rows = [
+        row for path in (metrics, sft) if path.is_file() for row in read_metrics(path)
+    ]
+    run = Run(folder, label)
+    for row in rows:  # rl_step always logs rollout/groups; sft_step never does
+        rl = "rollout/groups" in row or "loss/policy" in row
+        (run.rl if rl else run.sft).append(row)
+    path = folder / "summary.json"
+    if path.is_file():
+        try:
+            run.summary = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ReportError(
+                f"{path}: line {exc.lineno}: not JSON ({exc.msg})"
+            ) from None
+        if not isinstance(run.summary, dict):
+            raise ReportError(f"{path}: not a JSON object")
+    return run
+
+
+def write_report(folders: list[Path], out: Path | None = None) -> Path:
+    """Write the page (default FOLDER/report.html) and its PNGs; returns the page's path."""
+    labels = [f.name or str(f) for f in folders]
+    if len(set(labels)) < len(labels):
+        labels = [str(f) for f in folders]
+    runs = [load_run(f, label) for f, label in zip(folders, labels)]
+    out = out or folders[0] / "report.html"
+    images = out.parent / out.stem
+    images.mkdir(parents=True, exist_ok=True)
+    named = len(runs) > 1  # one run: legends show bare keys
+    figures: list[tuple[str, str, str]] = []  # (title, png name, what it shows)
+    missing: list[Panel] = []
+    summaries = {r.label if named else "": r.summary for r in runs if r.summary}
+    if any(k in s for s in summaries.values() for g in HELDOUT for k in g[1:]):
+        plot_heldout_runs(summaries, images / "heldout.png")
+        figures.append(
+            (
+                "held-out success",
+                "heldout.png",
+                "summary.json: " + ", ".join(k for g in HELDOUT for k in g[1:]),
+            )
+        )
+    for panel in PANELS:
+        rows = {r.label if named else "": getattr(r, panel.phase) for r in runs}
+        keys = panel.pick(
+            {k for phase_rows in rows.values() for row in phase_rows for k in row}
+        )
+        if not keys:
+            missing.append(panel)
+            continue
+        plot_curves(
+            rows,
+            keys,
+            images / f"{panel.name}.png",
+            panel.title,
+            panel.ylabel,
+            panel.log,
+        )
+        figures.append((panel.title, f"{panel.name}.png", ", ".join(keys)))
+    out.write_text(_page(runs, figures, missing, images.name), encoding="utf-8")
+    return out
+
+
+# ---- the page ---------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 72em; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.7em; text-align: right; font-variant-numeric: tabular-nums; }
+th:first-child, td:first-child { text-align: left; font-family: monospace; }
+figure { margin: 1.5em 0; } img { max-width: 100%; } figcaption, .note { color: #666; font-size: 0.9em; }
+"""
+
+
+def _page(
+    runs: list[Run],
+    figures: list[tuple[str, str, str]],
+    missing: list[Panel],
+    images: str,
+) -> str:
+    esc = html.escape
+    title = "harnessrl report: " + " vs ".join(r.label for r in runs)
+    parts = [
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title><style>{_CSS}</style></head><body>'
+    ]
+    parts.append(f"<h1>{esc(title)}</h1>")
+    if len(runs) > 1:
+        styles = ", ".join(
+            f"{esc(r.label)}: <code>{RUN_STYLES[i % len(RUN_STYLES)]}</code>"
+            for i, r in enumerate(runs)
+        )
+        parts.append(
+            f"<p class=note>Curves of both runs share each plot; line styles: {styles}.</p>"
+        )
+    parts.append("<h2>Summary</h2>" + _table(runs))
+    for r in runs:
+        if r.summary is None:
+            parts.append(
+                f"<p class=note>No summary.json in <code>{esc(str(r.folder))}</code>: no held-out numbers for {esc(r.label)}.</p>"
+            )
+    parts.append(
+        "<h2>Curves</h2><p class=note>x axis: updates in the order metrics.jsonl logged them; SFT updates only in the SFT panel.</p>"
+    )
+    for caption, png, keys in figures:
+        src = quote(f"{images}/{png}")
+        parts.append(
+            f'<figure><img src="{src}" alt="{esc(caption)}"><figcaption>{esc(caption)} ({esc(keys)})</figcaption></figure>'
+        )
+    if missing:
+        items = "".join(
+            f"<li>{esc(p.title)} (<code>{esc(p.describe())}</code>)</li>"
+            for p in missing
+        )
+        parts.append(
+            f"<h2>Not in metrics.jsonl</h2><p class=note>No run logged these keys, so they are not plotted:</p><ul>{items}</ul>"
+        )
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _table(runs: list[Run]) -> str:
+    rows: dict[str, list[Any]] = {
+        "RL updates": [len(r.rl) for r in runs],
+        "SFT updates": [len(r.sft) for r in runs],
+        "skipped updates": [
+            sum(int(row.get("perf/skipped_update", 0)) for row in r.rl + r.sft)
+            for r in runs
+        ],
+        "reward/mean, first update": [
+            _first_last(r.rl, "reward/mean")[0] for r in runs
+        ],
+        "reward/mean, last update": [_first_last(r.rl, "reward/mean")[1] for r in runs],
+    }
+    flat = [_flat(r.summary or {}) for r in runs]
+    for numbers in flat:
+        for key in numbers:
+            rows.setdefault(key, [f.get(key) for f in flat])
+    head = (
+        "<tr><th></th>"
+        + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
+        + "</tr>"
+    )
+    body = "".join(
+        f"<tr><td>{html.escape(k)}</td>"
+        + "".join(f"<td>{_cell(v)}</td>" for v in vs)
+        + "</tr>"
+        for k, vs in rows.items()
+    )
+    return f"<table>{head}{body}</table>"
+
+
+def _flat(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects (e.g. phase_seconds) as dotted keys: phase_seconds.sft."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _first_last(rows: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
+    values = [row[key] for row in rows if key in row]
+    return (values[0], values[-1]) if values else (None, None)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "&mdash;"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return html.escape(str(value))

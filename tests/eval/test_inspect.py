@@ -1,0 +1,156 @@
+"""`harnessrl inspect` on an episode recorded through the gateway: call boundaries and the
+trainer's own loss mask."""
+
+import asyncio
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from harnessrl.cli import app
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.train.sequences import episode_sequences
+from harnessrl.types import Episode, Outcome, Task
+from tests.conftest import ADMIN_KEY
+
+SEARCHER = {"agent": "searcher", "trainable": "false"}
+# a --logprobs line: position, mask, logprob, p, token
+TOKEN = re.compile(r"^\s+(\d+)\s+([01])\s+(-?\d+\.\d{4})\s+(\d+\.\d{3})\s+(.+)$")
+HEADER = re.compile(
+    r"── call (\d+) · agent (\S+)( \(sub-agent\))? · policy_version \d+ · "
+    r"trainable (\w+) · finish_reason \w+ · extends_call (\w+) · sequence (\w+)"
+)
+
+
+async def _record(policy) -> Episode:
+    """Main agent; a frozen sub-agent on its own; the main agent again (extending its
+    first call); the sub-agent on the main agent's thread (extending that)."""
+    gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
+    try:
+        episode_id, key = await gateway.create_episode(Task(id="inspect-1"))
+        chat = gateway.openai(key).chat.completions
+        messages = [{"role": "user", "content": "Weather in Paris?"}]
+        first = await chat.create(model="tiny", messages=messages, max_tokens=8, seed=1)
+        alone = [{"role": "user", "content": "Find Paris."}]
+        await chat.create(model="tiny", messages=alone, max_tokens=6, metadata=SEARCHER)
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "user", "content": "And tomorrow?"})
+        third = await chat.create(model="tiny", messages=messages, max_tokens=8, seed=3)
+        messages.append(third.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "user", "content": "Summarise."})
+        await chat.create(
+            model="tiny", messages=messages, max_tokens=6, metadata=SEARCHER
+        )
+        return await gateway.finish(episode_id, Outcome(answer="sunny"))
+    finally:
+        await gateway.aclose()
+
+
+@pytest.fixture(scope="module")
+def episode(policy) -> Episode:
+    recorded = asyncio.run(_record(policy))
+    assert [c.agent for c in recorded.calls] == ["main", "searcher", "main", "searcher"]
+    assert [c.extends_call for c in recorded.calls] == [None, None, 0, 2]
+    return recorded
+
+
+def _inspect(*args: str, env: dict | None = None):
+    result = CliRunner(env=env).invoke(app, ["inspect", *args, "--model", "tiny"])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _failure(*args: str) -> str:
+    result = CliRunner().invoke(app, ["inspect", *args, "--model", "tiny"])
+    assert result.exit_code == 2, result.output
+    return result.stderr
+
+
+def _parse(output: str) -> tuple[list[tuple], list[list[tuple[int, float]]]]:
+    """The call headers and, under each, its listed completion tokens (mask, logprob)."""
+    headers, tokens = [], []
+    for line in output.splitlines():
+        if match := HEADER.search(line):
+            headers.append(match.groups())
+            tokens.append([])
+        elif (match := TOKEN.match(line)) and tokens:
+            tokens[-1].append((int(match[2]), float(match[3])))
+    return headers, tokens
+
+
+def test_every_call_is_shown_with_the_mask_train_sequences_builds(episode, tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    other = episode.model_copy(update={"id": "other"})
+    path.write_text(other.to_json() + "\n" + episode.to_json() + "\n")
+    out = _inspect(str(path), "--index", "1", "--logprobs")
+    assert f"episode {episode.id} · task inspect-1" in out
+    headers, tokens = _parse(out)
+    # (call, agent, sub-agent mark, trainable, extends_call, sequence)
+    assert headers == [
+        ("0", "main", None, "True", "None", "0"),
+        ("1", "searcher", " (sub-agent)", "False", "None", "none"),
+        ("2", "main", None, "True", "0", "0"),
+        ("3", "searcher", " (sub-agent)", "False", "2", "0"),
+    ]
+    # one training sequence; the sub-agent's lone call 1 has no loss token and is dropped
+    (sequence,) = episode_sequences(episode)
+    assert sequence.calls == [0, 2, 3]
+    for index, call in enumerate(episode.calls):
+        shown = [bit for bit, _ in tokens[index]]
+        logprobs = [round(lp, 4) for lp in call.sampled_logprobs]
+        assert [round(lp, 4) for _, lp in tokens[index]] == logprobs
+        if index in sequence.calls:  # the sequence's mask at the completion's positions
+            start, end = (
+                len(call.prompt_ids),
+                len(call.prompt_ids + call.completion_ids),
+            )
+            assert shown == sequence.loss_mask[start:end]
+        assert shown == [int(call.trainable)] * len(call.completion_ids)
+    assert (
+        sum(bit for listed in tokens for bit, _ in listed) == sequence.loss_tokens > 0
+    )
+    # the extending call shows only its new prompt tokens
+    first, third = episode.calls[0], episode.calls[2]
+    head = len(first.prompt_ids) + len(first.completion_ids)
+    assert (
+        f"prompt: {len(third.prompt_ids)} tokens, the first {head} are call 0's" in out
+    )
+
+
+def test_colours_follow_the_mask(episode, tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(episode.to_json() + "\n")
+    env = {"FORCE_COLOR": "1", "TERM": "xterm-256color", "NO_COLOR": None}
+    sections = _inspect(str(path), env=env).split("── call ")[1:]
+    assert len(sections) == 4
+    for call, section in zip(episode.calls, sections):
+        completion = section.split("completion:", 1)[1].splitlines()[1]  # the tokens
+        sgr = re.findall(r"\x1b\[([\d;]+)m", completion)
+        codes = {int(c) for codes in sgr for c in codes.split(";")}
+        green, red = bool(codes & {32, 92}), bool(codes & {31, 91})
+        assert (green, red) == (call.trainable, not call.trainable), (call.agent, codes)
+
+
+def test_an_episode_id_is_found_in_a_run_folder(episode, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    demo = episode.model_copy(update={"id": "demo-1"})
+    (run / "demos.jsonl").write_text(demo.to_json() + "\n")
+    (run / "eval_after.jsonl").write_text(episode.to_json() + "\n")
+    out = _inspect(episode.id, "--run", str(run))
+    assert f"episode {episode.id} ·" in out and out.count("── call ") == 4
+    error = _failure("no-such-id", "--run", str(run))
+    assert "no episode with id no-such-id" in error and "eval_after.jsonl" in error
+
+
+def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
+    error = _failure(str(tmp_path / "nope.jsonl"))
+    assert "no such file" in error and "--run" in error
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(episode.to_json() + "\n" + episode.to_json()[:50] + "\n")
+    assert f"{path}: line 2" in _failure(str(path))
+    path.write_text(episode.to_json() + "\n")
+    assert "--index 3" in _failure(str(path), "--index", "3")
+    result = CliRunner().invoke(app, ["inspect", str(path), "--model", str(tmp_path)])
+    assert result.exit_code == 2 and "not 'tiny', 'tiny-base'" in result.stderr
