@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
+from harnessrl.train.loggers import Loggers
 
 
 class _Strict(BaseModel):
@@ -22,7 +23,7 @@ class DataConfig(_Strict):
 
 
 class AgentConfig(_Strict):
-    context_budget: int = Field(default=2048, ge=256, description="tokens; past half the agent is told to prune")
+    context_budget: int = Field(default=1536, ge=256, description="tokens; past half the agent is told to prune")
     max_turns: int = Field(default=6, ge=1)
     k: int = Field(default=3, ge=1, description="chunks per search")
     max_tokens: int = Field(default=96, ge=8, description="per model turn")
@@ -33,10 +34,12 @@ class SFTConfig(_Strict):
     batch_episodes: int = 16
     lr: float = 5e-4
     demos_per_task: int = Field(default=1, ge=1)
+    save_every: int = Field(default=20, ge=1, description="checkpoint every N steps (and at the end)")
 
 
 class RLConfig(_Strict):
     updates: int = Field(default=20, ge=0)
+    save_every: int = Field(default=5, ge=1, description="checkpoint every N updates (and at the end)")
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=1))
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=2e-5, schedule="constant"))
 
@@ -49,6 +52,7 @@ class JobConfig(_Strict):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
+    loggers: Loggers = Field(default_factory=list, description="also log metrics to tensorboard (RUN/tensorboard) and/or wandb (offline, RUN/wandb)")
 
     @classmethod
     def load(cls, path: Path | None) -> JobConfig:

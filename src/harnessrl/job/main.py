@@ -1,8 +1,12 @@
 """The main job: base model -> corpus and index -> expert demonstrations -> SFT warm start ->
 held-out eval -> RL with the async rollout engine -> held-out eval, all in one run folder.
 
-Run folder: config.yaml (resolved), metrics.jsonl, checkpoints/, demos.jsonl, eval_before.jsonl,
-eval_after.jsonl, rewards.png, heldout.png, summary.json.
+Run folder: config.yaml (resolved), demos.jsonl, sft/ (metrics.jsonl, checkpoints/),
+eval_before.json / .jsonl, metrics.jsonl (RL), checkpoints/ (RL), eval_after.json / .jsonl,
+phases.json (seconds per finished phase), rewards.png, heldout.png, summary.json.
+
+Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
+RL from their newest checkpoint (the task order after an RL resume is re-drawn, not replayed).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 
 import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
 from harnessrl.envs.search.expert import SearchExpert
@@ -25,6 +30,8 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer
+from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.types import Episode, read_jsonl
 
 ADMIN = "harnessrl-job-admin"
 
@@ -32,67 +39,139 @@ ADMIN = "harnessrl-job-admin"
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    return asyncio.run(_run(config, out, progress))
+    return asyncio.run(_Job(config, out, progress).run())
 
 
-async def _run(config: JobConfig, out: Path, progress: bool) -> dict:
-    started = time.perf_counter()
-    random.seed(config.seed)
-    if config.data.corpus and config.data.tasks:
-        docs, items = load(config.data.corpus, config.data.tasks)
-    else:
-        docs, items = synthetic(config.data.synthetic_seed)
-    train = [t.task() for t in items if t.split == "train"]
-    test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
-    index = SearchIndex(docs, out / "index")
-    policy = Policy.load(config.model, seed=config.seed)
-    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
-    a = config.agent
-    agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
-    greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
-    reward = context1_reward()
-    try:
-        # demonstrations and SFT warm start
-        if config.sft.steps:
-            demo_engine = RolloutEngine(gateway, SearchExpert(agent, seed=config.seed), reward, RolloutConfig(group_size=2))
-            demos = [await demo_engine.episode(t) for t in train for _ in range(config.sft.demos_per_task)]
-            (out / "demos.jsonl").write_text("".join(e.to_json() + "\n" for e in demos))
-            sft = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=config.sft.lr, schedule="cosine", total_steps=config.sft.steps), run_dir=out, policy=policy)
-            rng = random.Random(config.seed)
-            for _ in range(config.sft.steps):
-                await asyncio.to_thread(sft.sft_step, rng.sample(demos, min(config.sft.batch_episodes, len(demos))))
-        # held-out before RL
-        before, before_eps = await evaluate(gateway, agent, test)
-        before_greedy, _ = await evaluate(gateway, greedy, test)
-        _dump(out / "eval_before.jsonl", before_eps)
-        # RL
-        trainer = Trainer(policy.model, policy.tokenizer, config.rl.train, run_dir=out, policy=policy)
-        engine = RolloutEngine(gateway, agent, reward, config.rl.rollout)
-        tasks = itertools.cycle(random.Random(config.seed).sample(train, len(train)))
-        await engine.train(trainer, tasks, config.rl.updates, progress=progress)
-        trainer.save(out / "checkpoints")
-        # held-out after RL
-        after, after_eps = await evaluate(gateway, agent, test)
-        after_greedy, _ = await evaluate(gateway, greedy, test)
-        _dump(out / "eval_after.jsonl", after_eps)
-    finally:
-        await gateway.aclose()
-        policy.close()
-    summary = {
-        "heldout_tasks": len(test),
-        "heldout_success_before": before,
-        "heldout_success_after": after,
-        "heldout_success_greedy_before": before_greedy,
-        "heldout_success_greedy_after": after_greedy,
-        "rl_updates": config.rl.updates,
-        "wall_seconds": time.perf_counter() - started,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    if (out / "metrics.jsonl").exists():
-        plot_rewards(out / "metrics.jsonl", out / "rewards.png")
-    plot_heldout(summary, out / "heldout.png")
-    return summary
+def resume(out: Path, progress: bool = True) -> dict:
+    """Continue the run in `out` with its own config.yaml."""
+    if not (out / "config.yaml").is_file():
+        raise FileNotFoundError(f"{out / 'config.yaml'}: not a run folder")
+    return asyncio.run(_Job(JobConfig.load(out / "config.yaml"), out, progress).run())
+
+
+class _Job:
+    def __init__(self, config: JobConfig, out: Path, progress: bool):
+        self.config, self.out, self.progress = config, out, progress
+        phases = out / "phases.json"
+        self.seconds: dict[str, float] = json.loads(phases.read_text()) if phases.is_file() else {}
+
+    async def run(self) -> dict:
+        config, out = self.config, self.out
+        random.seed(config.seed)
+        if config.data.corpus and config.data.tasks:
+            docs, items = load(config.data.corpus, config.data.tasks)
+        else:
+            docs, items = synthetic(config.data.synthetic_seed)
+        train = [t.task() for t in items if t.split == "train"]
+        test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
+        if not train or not test:
+            raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
+        index = SearchIndex(docs, out / "index")
+        self.policy = Policy.load(config.model, seed=config.seed)
+        self.gateway = GatewayClient(ADMIN, app=create_app(self.policy, ADMIN))
+        a = config.agent
+        agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
+        greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
+        reward = context1_reward()
+        try:
+            if config.sft.steps:
+                demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
+                await self._phase("sft", lambda: self._sft(demos))
+            before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
+            await self._phase("rl", lambda: self._rl(agent, reward, train))
+            after = await self._phase("eval_after", lambda: self._eval("eval_after", agent, greedy, test))
+        finally:
+            await self.gateway.aclose()
+            self.policy.close()
+        summary = {
+            "heldout_tasks": len(test),
+            "heldout_success_before": before["sampled"],
+            "heldout_success_after": after["sampled"],
+            "heldout_success_greedy_before": before["greedy"],
+            "heldout_success_greedy_after": after["greedy"],
+            "rl_updates": config.rl.updates,
+            "wall_seconds": sum(self.seconds.values()),
+            "phase_seconds": self.seconds,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if (out / "metrics.jsonl").exists():
+            plot_rewards(out / "metrics.jsonl", out / "rewards.png")
+        plot_heldout(summary, out / "heldout.png")
+        return summary
+
+    async def _phase(self, name: str, work):
+        """Run one phase (each returns its result, reading it back when already done) and time it."""
+        started = time.perf_counter()
+        result = await work()
+        if name not in self.seconds:
+            self.seconds[name] = time.perf_counter() - started
+            (self.out / "phases.json").write_text(json.dumps(self.seconds, indent=1))
+        return result
+
+    async def _demos(self, agent: SearchAgent, reward, train) -> list[Episode]:
+        path = self.out / "demos.jsonl"
+        if path.is_file():
+            return read_jsonl(path, Episode)
+        engine = RolloutEngine(self.gateway, SearchExpert(agent, seed=self.config.seed), reward, RolloutConfig(group_size=2))
+        demos = [await engine.episode(t) for t in train for _ in range(self.config.sft.demos_per_task)]
+        _dump(path, demos)
+        return demos
+
+    async def _sft(self, demos: list[Episode]) -> None:
+        cfg = self.config.sft
+        train_cfg = TrainConfig(lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10))
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, train_cfg, run_dir=self.out / "sft", policy=self.policy, loggers=self.config.loggers)
+        checkpoints = self.out / "sft" / "checkpoints"
+        if (latest := latest_checkpoint(checkpoints)) is not None:
+            trainer.resume(latest)
+        rng = random.Random(f"{self.config.seed}:{trainer.step}")
+        with _bar("sft", self.progress) as bar:
+            job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")
+            while trainer.step < cfg.steps:
+                metrics = await asyncio.to_thread(trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos))))
+                bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
+                if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
+                    trainer.save(checkpoints)
+
+    async def _eval(self, name: str, agent: SearchAgent, greedy: SearchAgent, test) -> dict:
+        path = self.out / f"{name}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        sampled, episodes = await evaluate(self.gateway, agent, test)
+        greedy_success, greedy_episodes = await evaluate(self.gateway, greedy, test)
+        _dump(self.out / f"{name}.jsonl", episodes)
+        _dump(self.out / f"{name}_greedy.jsonl", greedy_episodes)
+        result = {"sampled": sampled, "greedy": greedy_success, "tasks": len(test), "policy_version": self.policy.version}
+        path.write_text(json.dumps(result, indent=1))
+        return result
+
+    async def _rl(self, agent: SearchAgent, reward, train) -> None:
+        cfg = self.config.rl
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train, run_dir=self.out, policy=self.policy, loggers=self.config.loggers)
+        checkpoints = self.out / "checkpoints"
+        done = 0  # updates run (an update whose groups all tied leaves trainer.step as it was)
+        if (latest := latest_checkpoint(checkpoints)) is not None:
+            done = trainer.resume(latest).get("updates", trainer.step)
+        remaining = cfg.updates - done
+        if remaining <= 0:
+            return
+        engine = RolloutEngine(self.gateway, agent, reward, cfg.rollout)
+        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
+
+        def checkpoint(_: dict) -> None:
+            nonlocal done
+            done += 1
+            if done % cfg.save_every == 0 or done == cfg.updates:
+                trainer.save(checkpoints, cursor={"updates": done})
+
+        await engine.train(trainer, tasks, remaining, progress=self.progress, on_update=checkpoint)
+
+
+def _bar(label: str, progress: bool) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress)
 
 
 def _dump(path: Path, episodes) -> None:
-    path.write_text("".join(e.to_json() + "\n" for e in episodes))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(e.to_json() + "\n" for e in episodes))
+    tmp.replace(path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -69,8 +69,11 @@ class RolloutEngine:
                 e.reward = RewardBreakdown(total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"])
         return episodes
 
-    async def train(self, trainer, tasks: Iterator[Task], updates: int, progress: bool = True) -> list[dict]:
-        """`updates` trainer updates on groups collected from `tasks` (cycled by the caller)."""
+    async def train(self, trainer, tasks: Iterator[Task], updates: int, progress: bool = True, on_update: Callable[[dict], None] | None = None) -> list[dict]:
+        """`updates` trainer updates on groups collected from `tasks` (cycled by the caller).
+
+        `on_update(metrics)` runs after each update, in a thread, while rollouts go on (checkpoints).
+        """
         cfg, history = self.config, []
         queue: asyncio.Queue[list[Episode]] = asyncio.Queue(maxsize=max(1, cfg.staleness) * cfg.groups_per_update)
 
@@ -100,6 +103,8 @@ class RolloutEngine:
                     extra = {f"rollout/total_{k}": v for k, v in self.counts.items()} | {"perf/rollout_wait_seconds": waited}
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
+                    if on_update is not None:
+                        await asyncio.to_thread(on_update, metrics)
                     bar.update(job, advance=1, status=f"reward {metrics.get('reward/mean', float('nan')):.3f}")
             finally:
                 if producer is not None:

@@ -17,11 +17,7 @@ from harnessrl.envs.search.index import Chunk, SearchIndex
 from harnessrl.harness import Toolbox
 from harnessrl.types import Outcome, Task
 
-SYSTEM = (
-    "You answer questions about a document collection. Use search_corpus or grep_corpus to find "
-    "chunks, read_document to see a whole document, prune_chunks to drop chunks you no longer need, "
-    "and answer with the answer text and the ids of the documents that support it."
-)
+SYSTEM = "Answer the question from the documents. Search, read, prune what you no longer need, then answer."
 
 
 class SearchAgent:
@@ -53,39 +49,24 @@ class _Run:
     # ---- tools (their docstrings are what the model sees) -----------------------------------
 
     def search_corpus(self, query: str) -> str:
-        """Search the documents; returns chunks not shown before.
-
-        Args:
-            query: words to look for
-        """
+        """Search; returns new chunks."""
         return self._show(self.agent.index.search(query, self.agent.k, exclude=self.shown))
 
     def grep_corpus(self, pattern: str) -> str:
-        """Find chunks matching a regular expression.
-
-        Args:
-            pattern: a regular expression, case-insensitive
-        """
+        """Chunks matching a case-insensitive regex."""
         return self._show(self.agent.index.grep(pattern, self.agent.k, exclude=self.shown))
 
     def read_document(self, doc_id: str) -> str:
-        """Read a whole document.
-
-        Args:
-            doc_id: the document id, as in [doc_id#n]
-        """
+        """Read a whole document."""
         doc = self.agent.index.document(doc_id)
         if doc is None:
             return f"error: no document {doc_id!r}"
         self._saw(doc_id)
+        self.shown.update(c.id for c in self.agent.index.chunks_of(doc_id))  # its text is in context now
         return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
-        """Remove chunks from the context to free room.
-
-        Args:
-            chunk_ids: ids of chunks to drop, e.g. ["doc-3#0"]
-        """
+        """Drop chunks from the context."""
         dropped = [c for c in chunk_ids if c in self.shown and c not in self.pruned]
         self.pruned.update(dropped)
         for message in self.messages:
@@ -95,12 +76,7 @@ class _Run:
         return f"pruned {len(dropped)} chunk(s)"
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
-        """Give the final answer and the documents that support it.
-
-        Args:
-            text: the answer
-            doc_ids: ids of the supporting documents
-        """
+        """Final answer and supporting document ids."""
         self.final = (text, doc_ids)
         return "answer recorded"
 

