@@ -122,22 +122,28 @@ def train(
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/main"), help="run folder"),
+    resume: Path | None = typer.Option(None, help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint"),
 ) -> None:
     """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after."""
     import json
 
     from pydantic import ValidationError
 
+    from harnessrl.job import main
     from harnessrl.job.config import JobConfig
-    from harnessrl.job.main import run
 
     try:
-        job = JobConfig.load(config)
-        if (corpus is None) != (tasks is None):
-            raise ValueError("--corpus and --tasks go together")
-        if corpus is not None:
-            job.data.corpus, job.data.tasks = corpus, tasks
-        summary = run(job, out)
+        if resume is not None:
+            if config is not None or corpus is not None or tasks is not None:
+                raise ValueError("--resume continues a run with its own config.yaml: give no CONFIG, --corpus or --tasks")
+            out, summary = resume, main.resume(resume)
+        else:
+            job = JobConfig.load(config)
+            if (corpus is None) != (tasks is None):
+                raise ValueError("--corpus and --tasks go together")
+            if corpus is not None:
+                job.data.corpus, job.data.tasks = corpus, tasks
+            summary = main.run(job, out)
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

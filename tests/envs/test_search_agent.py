@@ -17,7 +17,7 @@ def index(tmp_path_factory):
     return SearchIndex(docs, tmp_path_factory.mktemp("chroma")), tasks
 
 
-def test_tools_show_new_chunks_prune_stubs_them_and_the_budget_is_enforced(index):
+def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(index):
     idx, tasks = index
     run = _Run(SearchAgent(idx, context_budget=100), tasks[2].task())
     first = run.search_corpus(tasks[2].question)
@@ -26,9 +26,12 @@ def test_tools_show_new_chunks_prune_stubs_them_and_the_budget_is_enforced(index
     again = run.search_corpus(tasks[2].question)
     assert not set(ids) & {line.split("]")[0][1:] for line in again.splitlines()}
     run.messages = [{"role": "tool", "content": first}]
-    assert run.prune_chunks([ids[0], "never-shown#0"]) == "pruned 1 chunk(s)"
-    assert f"[{ids[0]}] (pruned)" in run.messages[0]["content"] and f"[{ids[1]}] " in run.messages[0]["content"]
-    assert run.read_document("person-2").startswith("[person-2] ") and "person-2" in run.seen_docs
+    assert run.prune_chunks([ids[0], "never-shown#0"]) == "pruned 1"
+    assert f"[{ids[0]}]" not in run.messages[0]["content"] and f"[{ids[1]}] " in run.messages[0]["content"]
+    run.messages.append({"role": "tool", "content": run.read_document("person-2")})
+    assert run.messages[1]["content"].startswith("[person-2] ") and "person-2" in run.seen_docs
+    assert "person-2#0" in run.shown  # a document read is excluded from later searches
+    assert run.prune_chunks(["person-2"]) == "pruned 1" and run.messages[1]["content"] == ""
     assert run.read_document("nope").startswith("error:")
     run.used = 60
     assert "consider prune_chunks" in run._usage()
@@ -46,7 +49,7 @@ def test_context1_reward_by_hand():
     early, late = reward.score(e, step=0), reward.score(e, step=100)
     assert early.terms["f_beta"] == pytest.approx(0.7 * f_beta({"a", "b"}, {"a"}, 4.0))
     assert late.terms["f_beta"] == pytest.approx(0.7 * f_beta({"a", "b"}, {"a"}, 2.0))
-    assert early.terms["trajectory_recall"] == 0.3 and early.terms["answer_bonus"] == 0.3
+    assert early.terms["trajectory_recall"] == 0.3 and early.terms["answer_bonus"] == 1.0
     assert early.terms["prune_streak"] == pytest.approx(-0.1) and early.terms["turns"] == 0.0
 
 

@@ -52,7 +52,8 @@ def test_ids_survive_save_and_reload_through_both_loaders(tmp_path):
 def test_chat_template_renders_tools_calls_and_tool_results():
     _, tok = build_tiny()
     text = tok.apply_chat_template(weather_dialogue(), tools=WEATHER_TOOLS, tokenize=False, add_generation_prompt=True)
-    assert '"name": "get_weather"' in text.split("<|im_end|>")[0]  # tools in the system turn
+    system = text.split("<|im_end|>")[0]  # tools in the system turn, one signature line each
+    assert "\nget_weather(city: string): " in system and '"type": "function"' not in system
     assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><|im_end|>' in text
     assert "<|im_start|>tool\nsunny<|im_end|>" in text
     assert text.endswith("<|im_start|>assistant\n")

@@ -23,25 +23,27 @@ class DataConfig(_Strict):
 
 
 class AgentConfig(_Strict):
-    context_budget: int = Field(default=1536, ge=256, description="tokens; past half the agent is told to prune")
+    context_budget: int = Field(default=1024, ge=256, description="tokens; past half the agent is told to prune")
     max_turns: int = Field(default=6, ge=1)
     k: int = Field(default=3, ge=1, description="chunks per search")
     max_tokens: int = Field(default=96, ge=8, description="per model turn")
 
 
 class SFTConfig(_Strict):
-    steps: int = Field(default=60, ge=0, description="0 skips the warm start")
+    steps: int = Field(default=50, ge=0, description="0 skips the warm start")
     batch_episodes: int = 16
-    lr: float = 5e-4
+    lr: float = 1e-3
     demos_per_task: int = Field(default=1, ge=1)
     save_every: int = Field(default=20, ge=1, description="checkpoint every N steps (and at the end)")
+    bf16: bool = Field(default=True, description="bf16 autocast (the sampler's logprobs play no part in SFT)")
 
 
 class RLConfig(_Strict):
-    updates: int = Field(default=20, ge=0)
+    updates: int = Field(default=16, ge=0)
     save_every: int = Field(default=5, ge=1, description="checkpoint every N updates (and at the end)")
-    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=1))
-    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=2e-5, schedule="constant"))
+    # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0))
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4, schedule="constant", bf16=True))
 
 
 class JobConfig(_Strict):

@@ -119,7 +119,7 @@ class _Job:
 
     async def _sft(self, demos: list[Episode]) -> None:
         cfg = self.config.sft
-        train_cfg = TrainConfig(lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10))
+        train_cfg = TrainConfig(lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10), bf16=cfg.bf16)
         trainer = Trainer(self.policy.model, self.policy.tokenizer, train_cfg, run_dir=self.out / "sft", policy=self.policy, loggers=self.config.loggers)
         checkpoints = self.out / "sft" / "checkpoints"
         if (latest := latest_checkpoint(checkpoints)) is not None:

@@ -4,7 +4,9 @@ The tokenizer is a byte-level BPE trained in-process on a built-in text (English
 tool-call syntax). It pre-tokenizes exactly as transformers' Qwen2Tokenizer does (NFC, Qwen's split
 regex, digits one per token), because `AutoTokenizer` on a folder whose config says qwen2 rebuilds
 that pipeline: ids then survive a save and a reload through either loader. Its chat template is ChatML with tools: OpenAI `tools` go into the system
-turn, the model answers with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the
+turn, one signature line each (`name(arg: type, ...): description`; argument descriptions and
+`required` are left out, which keeps a five-tool system turn under 200 tokens for a model
+pretrained on 512-token rows), the model answers with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the
 Hermes / Qwen2.5 convention), and `tool` messages are rendered back as their own turn.
 """
 
@@ -29,7 +31,9 @@ CHAT_TEMPLATE = """\
 {%- if tools %}{% if system is not none %}{{ "\n\n" }}{% endif %}# Tools
 You may call functions. Signatures:
 <tools>
-{% for tool in tools %}{{ tool | tojson }}
+{% for tool in tools %}{% set fn = tool.function if tool.function is defined else tool -%}
+{% set params = fn.parameters.properties if fn.parameters is defined and fn.parameters.properties is defined else {} -%}
+{{ fn.name }}({% for name, p in params.items() %}{{ name }}: {{ p.type if p.type is defined else "any" }}{{ ", " if not loop.last }}{% endfor %}){{ ": " + fn.description if fn.description }}
 {% endfor %}</tools>
 To call one, answer with <tool_call>{"name": <name>, "arguments": <json object>}</tool_call>
 {%- endif %}<|im_end|>

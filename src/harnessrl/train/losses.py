@@ -25,7 +25,8 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tenso
     """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1])."""
     logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, T-1, V)
     logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():  # a diagnostic: no graph through the (B, T-1, V) products
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
 
 

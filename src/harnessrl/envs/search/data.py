@@ -63,8 +63,20 @@ _JOBS = ["baker", "sailor", "painter", "surveyor", "clockmaker", "weaver", "astr
 _CROPS = ["barley", "olives", "rye", "apples", "flax", "grapes", "millet", "hops"]
 
 
-def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int = 12, test_share: float = 0.25) -> tuple[list[Doc], list[SearchTask]]:
-    """A deterministic corpus (people, towns, countries) and 1-3 hop questions about it."""
+_DETAILS = [
+    "{n} is known for its {adj} {thing}.", "Travellers remember {n} for a {adj} {thing}.",
+    "Records about {n} mention a {adj} {thing} in {year}.", "Stories from {n} speak of a {adj} {thing}.",
+]
+_ADJ = ["old", "narrow", "painted", "famous", "quiet", "crooked", "tall", "green", "stone", "wooden"]
+_THING = ["bridge", "market", "well", "tower", "garden", "library", "mill", "harbour", "gate", "chapel"]
+
+
+def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int = 12, test_share: float = 0.25, details: int = 0) -> tuple[list[Doc], list[SearchTask]]:
+    """A deterministic corpus (people, towns, countries) and 1-3 hop questions about it.
+
+    `details` > 0 appends that many filler sentences to every document (longer chunks, for
+    benchmarks about context size); the questions never ask about them.
+    """
     rng = random.Random(seed)
     used: set[str] = set()
 
@@ -85,6 +97,12 @@ def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int 
     docs += [Doc(id=t["id"], title=t["name"], text=f"{t['name']} is a town in {t['country']['name']}. The fields around {t['name']} grow {t['crop']}.") for t in town]
     docs += [Doc(id=p["id"], title=p["name"], text=f"{p['name']} was a {p['job']} born in {p['born']} in the town of {p['town']['name']}.") for p in person]
 
+    if details:
+        filler = random.Random(f"{seed}:details")
+        for doc in docs:
+            name = doc.title or doc.id
+            extra = (filler.choice(_DETAILS).format(n=name, adj=filler.choice(_ADJ), thing=filler.choice(_THING), year=filler.randint(1500, 1990)) for _ in range(details))
+            doc.text = " ".join([doc.text, *extra])
     tasks = []
     for i, p in enumerate(person):
         hops = 1 + i % 3

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Literal
 
 import openai
 
@@ -22,9 +23,14 @@ from harnessrl.types import Outcome, Task
 
 
 class SearchExpert:
-    def __init__(self, agent: SearchAgent, seed: int = 0, p_distractor: float = 0.1, p_skip: float = 0.1, p_extra_doc: float = 0.1):
+    """`prune`: "past_half" (prune what it does not need once past half the budget), "always" (after
+    every step), "never". `extra_searches`: more searches with the question before answering."""
+
+    def __init__(self, agent: SearchAgent, seed: int = 0, p_distractor: float = 0.1, p_skip: float = 0.1, p_extra_doc: float = 0.1,
+                 prune: Literal["past_half", "always", "never"] = "past_half", extra_searches: int = 0):  # fmt: skip
         self.agent, self.seed = agent, seed
         self.p_distractor, self.p_skip, self.p_extra_doc = p_distractor, p_skip, p_extra_doc
+        self.prune, self.extra_searches = prune, extra_searches
 
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         rng = random.Random(f"{self.seed}:{task.id}")
@@ -38,7 +44,7 @@ class SearchExpert:
             body = {"messages": run.messages, "tools": run.tools.schemas, "reply": reply}
             recorded = await llm.post("/demonstrations", cast_to=object, body=body)
             await run.act(reply, recorded["prompt_tokens"] + recorded["completion_tokens"])
-            if run.used > self.agent.budget / 2:
+            if self.prune == "always" or (self.prune == "past_half" and run.used > self.agent.budget / 2):
                 stale = sorted(c for c in run.shown if c not in run.pruned and c.split("#")[0] not in gold)
                 if stale and name not in ("prune_chunks", "answer"):
                     await do("prune_chunks", chunk_ids=stale)
@@ -58,6 +64,8 @@ class SearchExpert:
                 await do("search_corpus", query=doc.title or " ".join(doc.text.split()[:8]))
             if unseen(doc_id) and run.turns < self.agent.max_turns - 1:
                 await do("read_document", doc_id=doc_id)
+        for _ in range(self.extra_searches):
+            await do("search_corpus", query=task.prompt)
         cited = list(gold)
         if len(cited) > 1 and rng.random() < self.p_skip:
             cited.pop(rng.randrange(len(cited)))

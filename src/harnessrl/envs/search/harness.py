@@ -2,8 +2,8 @@
 
 An ordinary openai-client loop over five tools. Every tool result ends with a usage line
 (`[context: used/budget tokens]`); past half the budget it suggests pruning; at the budget only
-`prune_chunks` (and `answer`) work. Pruning replaces the pruned chunks' text in earlier tool
-results with a stub — the history is edited, so the gateway starts a new training sequence there.
+`prune_chunks` (and `answer`) work. Pruning deletes the pruned chunks' lines from earlier tool
+results — the history is edited, so the gateway starts a new training sequence there.
 """
 
 from __future__ import annotations
@@ -66,14 +66,13 @@ class _Run:
         return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
-        """Drop chunks from the context."""
-        dropped = [c for c in chunk_ids if c in self.shown and c not in self.pruned]
+        """Drop chunks (or whole documents read) from the context."""
+        dropped = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
         self.pruned.update(dropped)
         for message in self.messages:
             if message["role"] == "tool":
-                for chunk_id in dropped:
-                    message["content"] = _stub(message["content"], chunk_id)
-        return f"pruned {len(dropped)} chunk(s)"
+                message["content"] = _drop(message["content"], dropped)
+        return f"pruned {len(dropped)}"
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
         """Final answer and supporting document ids."""
@@ -143,6 +142,6 @@ class _Run:
         return line
 
 
-def _stub(content: str, chunk_id: str) -> str:
-    lines = content.split("\n")
-    return "\n".join(f"[{chunk_id}] (pruned)" if line.startswith(f"[{chunk_id}] ") else line for line in lines)
+def _drop(content: str, ids: set[str]) -> str:
+    """A tool result without the lines of pruned chunks / documents (`[id] text`)."""
+    return "\n".join(line for line in content.split("\n") if not any(line.startswith(f"[{i}] ") for i in ids))

@@ -1,7 +1,10 @@
 """The search environment's reward, after Chroma's Context-1:
 
     clamp(0.7 F_beta(returned vs gold docs) + 0.3 trajectory recall + answer bonus
-          - prune-streak penalty - turn penalty - hacking detectors)
+          - prune-streak penalty - turn penalty - hacking detectors, -1, 2)
+
+The answer bonus (1.0) weighs a correct answer as much as perfect retrieval: with a smaller bonus
+(0.3) RL on the tiny model learnt to cite the right documents and stopped answering correctly.
 
 beta is annealed from 4 (recall matters most while the agent learns to find things) to 2; every
 term is logged in the breakdown. The detectors that apply here are on: malformed tool calls, answer
@@ -29,7 +32,7 @@ def _docs(e: Episode, key: str) -> set[str]:
     return set((e.outcome.info.get(key) if e.outcome else None) or [])
 
 
-def context1_reward(anneal_steps: int = 200, answer_bonus: float = 0.3, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05) -> Reward:
+def context1_reward(anneal_steps: int = 200, answer_bonus: float = 1.0, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05) -> Reward:
     beta = Schedule(kind="linear", start=4.0, end=2.0, steps=anneal_steps)
     gold = lambda e: set(e.task.data.get("gold_doc_ids", []))  # noqa: E731
 
@@ -57,5 +60,5 @@ def context1_reward(anneal_steps: int = 200, answer_bonus: float = 0.3, prune_st
                 malformed_tool_calls=d.malformed_tool_calls, answer_stuffing=d.answer_stuffing(), repetition=d.repetition,
             ),
         ],
-        clamp=(-1.0, 1.5),
+        clamp=(-1.0, 2.0),
     )
