@@ -158,7 +158,7 @@ def eval_command(
     split: str = typer.Option("test", help="train | test"),
     repeats: int = typer.Option(1, help="episodes per task"),
     temperature: float = typer.Option(1.0, help="sampling temperature; 0 = greedy"),
-    config: Path | None = typer.Option(None, help="job YAML: agent settings (context_budget, max_turns, ...), data, rollout timeout"),
+    config: Path | None = typer.Option(None, help="job YAML: agent settings (context_budget, max_turns, ...), data, rollout timeout; default: the config.yaml of the run the checkpoint is in, if any"),
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line; default the job's data"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
@@ -177,7 +177,7 @@ def eval_command(
     try:
         request = EvalRequest(
             env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
-            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=JobConfig.load(config),
+            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=JobConfig.load(config or _run_config(checkpoint)),
         )  # fmt: skip
         report = evaluate(request, out)
     except (ValidationError, ValueError, OSError) as exc:  # CheckpointError, PolicyLoadError, DataError, TraceLineError are ValueErrors
@@ -262,6 +262,15 @@ def inspect_episode(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)
+
+
+def _run_config(checkpoint: str) -> Path | None:
+    """The config.yaml of the run folder a checkpoint lies in (the folder itself or up to 3 above)."""
+    folder = Path(checkpoint)
+    for candidate in [folder, *folder.parents][:4]:
+        if (candidate / "config.yaml").is_file():
+            return candidate / "config.yaml"
+    return None
 
 
 def _load_policy(model: str, seed: int, max_batch: int = 64):

@@ -85,7 +85,7 @@ async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
     assert r.choices[0].message.tool_calls is None
     assert r.choices[0].message.content.startswith("<tool_call>")
     call = (await gateway.episode(episode_id)).calls[0]
-    assert call.tool_call_error and call.finish_reason == "stop" and r.choices[0].finish_reason == "stop"
+    assert call.tool_call_error and call.finish_reason == r.choices[0].finish_reason  # "stop", or "length" when unterminated
 
 
 async def test_keys_are_required_and_scoped_to_their_episode(gateway, tool_server):

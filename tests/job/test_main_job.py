@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import yaml
+
 MINIMAL = """
 model: tiny
 eval_tasks: 2
+eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
 sft: {steps: 1, batch_episodes: 4}
 rl:
@@ -24,9 +27,12 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     for key in ("heldout_success_before", "heldout_success_after", "heldout_success_greedy_before", "heldout_success_greedy_after", "wall_seconds"):
         assert key in summary
-    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert any("loss/sft" in s for s in steps) and any("rollout/groups" in s for s in steps)  # an RL update (skipped when the group tied)
-    for name in ("config.yaml", "demos.jsonl", "eval_before.jsonl", "eval_after.jsonl", "heldout.png", "rewards.png"):
+    sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1
+    assert len(rl) == 1 and "rollout/groups" in rl[0]  # an RL update (skipped when the group tied)
+    assert set(json.loads((out / "phases.json").read_text())) == {"setup", "demos", "sft", "eval_before", "rl", "eval_after"}
+    for name in ("config.yaml", "demos.jsonl", "eval_before.json", "eval_before.jsonl", "eval_after.jsonl", "heldout.png", "rewards.png"):
         assert (out / name).is_file(), name
     assert (out / "checkpoints" / "latest").is_file()
 
@@ -36,3 +42,27 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "updatez" in done.stderr
+
+
+def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(tmp_path):
+    (tmp_path / "job.yaml").write_text(MINIMAL)
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "harnessrl", "train"]
+    assert subprocess.run([*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, timeout=900).returncode == 0
+    demos = (out / "demos.jsonl").read_text()
+    before = (out / "eval_before.json").read_text()
+    # ask for one more SFT step and one more RL update, as if the run had stopped there
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    config["sft"]["steps"], config["rl"]["updates"] = 2, 2
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+    for name in ("eval_after.json", "summary.json"):
+        (out / name).unlink()
+    done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "demos.jsonl").read_text() == demos and (out / "eval_before.json").read_text() == before  # kept
+    sft_steps = [json.loads(x)["step"] for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert sft_steps == [1, 2]  # the second run made only the missing step
+    rl_lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rl_lines) == 2 and json.loads((out / "summary.json").read_text())["rl_updates"] == 2
+    bad = subprocess.run([*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--resume" in bad.stderr

@@ -3,7 +3,7 @@ held-out eval -> RL with the async rollout engine -> held-out eval, all in one r
 
 Run folder: config.yaml (resolved), demos.jsonl, sft/ (metrics.jsonl, checkpoints/),
 eval_before.json / .jsonl, metrics.jsonl (RL), checkpoints/ (RL), eval_after.json / .jsonl,
-phases.json (seconds per finished phase), rewards.png, heldout.png, summary.json.
+phases.json (seconds per finished phase, and of every start's setup), rewards.png, heldout.png, summary.json.
 
 Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
 RL from their newest checkpoint (the task order after an RL resume is re-drawn, not replayed).
@@ -56,7 +56,7 @@ class _Job:
         self.seconds: dict[str, float] = json.loads(phases.read_text()) if phases.is_file() else {}
 
     async def run(self) -> dict:
-        config, out = self.config, self.out
+        config, out, started = self.config, self.out, time.perf_counter()
         random.seed(config.seed)
         if config.data.corpus and config.data.tasks:
             docs, items = load(config.data.corpus, config.data.tasks)
@@ -73,6 +73,7 @@ class _Job:
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
         greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
         reward = context1_reward()
+        self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started  # corpus, index, model: every start
         try:
             if config.sft.steps:
                 demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
@@ -112,8 +113,11 @@ class _Job:
         path = self.out / "demos.jsonl"
         if path.is_file():
             return read_jsonl(path, Episode)
-        engine = RolloutEngine(self.gateway, SearchExpert(agent, seed=self.config.seed), reward, RolloutConfig(group_size=2))
-        demos = [await engine.episode(t) for t in train for _ in range(self.config.sft.demos_per_task)]
+        demos = []
+        for rep in range(self.config.sft.demos_per_task):  # each repetition rolls the expert's imperfections anew
+            expert = SearchExpert(agent, seed=self.config.seed * 1000 + rep)
+            engine = RolloutEngine(self.gateway, expert, reward, RolloutConfig(group_size=2))
+            demos += [await engine.episode(t) for t in train]
         _dump(path, demos)
         return demos
 
@@ -137,11 +141,12 @@ class _Job:
         path = self.out / f"{name}.json"
         if path.is_file():
             return json.loads(path.read_text())
-        sampled, episodes = await evaluate(self.gateway, agent, test)
+        repeats = self.config.eval_repeats
+        sampled, episodes = await evaluate(self.gateway, agent, [t for t in test for _ in range(repeats)])
         greedy_success, greedy_episodes = await evaluate(self.gateway, greedy, test)
         _dump(self.out / f"{name}.jsonl", episodes)
         _dump(self.out / f"{name}_greedy.jsonl", greedy_episodes)
-        result = {"sampled": sampled, "greedy": greedy_success, "tasks": len(test), "policy_version": self.policy.version}
+        result = {"sampled": sampled, "greedy": greedy_success, "tasks": len(test), "sampled_repeats": repeats, "policy_version": self.policy.version}
         path.write_text(json.dumps(result, indent=1))
         return result
 
