@@ -1,0 +1,76 @@
+"""Train the unchanged agent of `weather_agent.py` with RL, in one process on the CPU.
+
+    python examples/train_weather_agent.py [--updates 20] [--groups 4] [--group-size 8] [--lr 1e-3]
+
+`agent()` is imported from weather_agent.py as it is: plain `openai` code. harnessrl hands it an
+`openai.AsyncOpenAI` bound to one episode (here over an in-process gateway; `harnessrl serve` and
+`base_url=` work the same), records every call token-exactly, scores the finished episode and
+trains the policy the gateway serves. The reward, on the first call: 0.5 for calling `get_weather`
+(tiny-base starts out calling tools of its pretraining mixture instead), 0.5 for passing the
+city of the question. The last line is JSON: the mean reward of every update. Measured on the
+2-core CPU (2026-11-30, 40 s): 0.36 at the first update, 0.95 at the 20th.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import tempfile
+from pathlib import Path
+
+import openai
+from weather_agent import agent  # the user's agent, unchanged
+
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.policy import Policy
+from harnessrl.rewards import Reward, Term
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train import TrainConfig, Trainer
+from harnessrl.types import Episode, Outcome, Task
+
+CITIES = ["Paris", "Oslo", "Lima", "Cairo", "Quito", "Perth", "Dakar", "Hanoi", "Bern", "Riga"]
+ADMIN = "example-admin-key"
+
+
+async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
+    """The harness: run the user's agent on the task, report what it answered."""
+    return Outcome(answer=await agent(llm, task.prompt, turns=2))
+
+
+def first_call(tokenizer):
+    def text(episode: Episode) -> str:
+        return tokenizer.decode(episode.calls[0].completion_ids) if episode.calls else ""
+
+    return text
+
+
+async def main(args) -> dict:
+    policy = Policy.load("tiny-base")
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
+    text = first_call(policy.tokenizer)
+    reward = Reward([
+        Term("tool_name", lambda e: float('"name": "get_weather"' in text(e)), 0.5),
+        Term("city", lambda e: float(f'"{e.task.data["city"]}"' in text(e)), 0.5),
+    ])  # fmt: skip
+    tasks = [Task(prompt=f"What is the weather in {city}?", data={"city": city}) for city in CITIES]
+    with tempfile.TemporaryDirectory() as run:
+        trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=args.lr), run_dir=Path(run), policy=policy)
+        engine = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups))
+        try:
+            history = await engine.train(trainer, itertools.cycle(tasks), args.updates)
+        finally:
+            await gateway.aclose()
+            policy.close()
+    rewards = [round(m.get("reward/mean", float("nan")), 3) for m in history]
+    return {"reward_first_update": rewards[0], "reward_last_update": rewards[-1], "reward_by_update": rewards}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--groups", type=int, default=4, help="tasks per update")
+    parser.add_argument("--group-size", type=int, default=8, help="episodes per task")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    print(json.dumps(asyncio.run(main(parser.parse_args()))))
