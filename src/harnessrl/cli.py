@@ -267,7 +267,9 @@ def inspect_episode(
 def _run_config(checkpoint: str) -> Path | None:
     """The config.yaml of the run folder a checkpoint lies in (the folder itself or up to 3 above)."""
     folder = Path(checkpoint)
-    for candidate in [folder, *folder.parents][:4]:
+    if not folder.is_dir():  # 'tiny-base', or a path that is not there
+        return None
+    for candidate in [folder, *folder.resolve().parents][:4]:
         if (candidate / "config.yaml").is_file():
             return candidate / "config.yaml"
     return None
