@@ -92,3 +92,5 @@ def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path,
     assert len(lines) == 3 and lines[-1]["rollout/total_episodes"] >= 24 and lines[-1]["rollout/episodes"] == 8 and "perf/rollout_wait_seconds" in lines[-1]
     for m in history:  # every trained token was sampled at most k versions ago
         assert m.get("policy/staleness", 0) <= staleness
+    # admission keeps at most k x groups_per_update groups ahead: none sampled in vain, none waiting
+    assert engine.counts["dropped_stale"] == 0

@@ -75,17 +75,25 @@ class RolloutEngine:
         `on_update(metrics)` runs after each update, in a thread, while rollouts go on (checkpoints).
         """
         cfg, history = self.config, []
-        queue: asyncio.Queue[list[Episode]] = asyncio.Queue(maxsize=max(1, cfg.staleness) * cfg.groups_per_update)
+        queue: asyncio.Queue[list[Episode]] = asyncio.Queue()
+        # admission (as AReaL): at most k x groups_per_update groups started and not yet taken by the
+        # trainer, so every group is trained on within k versions of its start (none sampled in vain)
+        self._outstanding, self._taken = 0, asyncio.Event()
 
         async def produce() -> None:
             running: set[asyncio.Task] = set()
             try:
                 while True:
-                    while len(running) < cfg.groups_per_update:
+                    while self._outstanding < cfg.staleness * cfg.groups_per_update:
                         running.add(asyncio.create_task(self.group(next(tasks), trainer.step)))
-                    done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    for finished in done:
-                        await queue.put(finished.result())
+                        self._outstanding += 1
+                    self._taken.clear()
+                    taken = asyncio.ensure_future(self._taken.wait())
+                    done, _ = await asyncio.wait(running | {taken}, return_when=asyncio.FIRST_COMPLETED)
+                    taken.cancel()
+                    for finished in done - {taken}:
+                        running.discard(finished)
+                        queue.put_nowait(finished.result())
             finally:  # stopping: abandon groups in flight (their episodes are still deleted)
                 for task in running:
                     task.cancel()
@@ -125,6 +133,8 @@ class RolloutEngine:
                 producer.result()
                 raise RuntimeError("the rollout producer stopped")
             group = getter.result()
+            self._outstanding -= 1
+            self._taken.set()
             versions = [c.policy_version for e in group for c in e.calls]
             current = trainer.policy.version if trainer.policy is not None else 0
             if versions and min(versions) < current - cfg.staleness:
