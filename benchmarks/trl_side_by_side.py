@@ -27,7 +27,9 @@ they differ: harnessrl's `dynamic_sampling` (drop groups whose rewards are all e
 so such groups count in the token normaliser at advantage 0, as in TRL; TRL's group std is
 Bessel-corrected with eps 1e-4, ours is the population std with eps 1e-6 (advantages differ by a
 factor sqrt(G / (G - 1)), which Adam mostly absorbs); our trainer splits micro-batches at
-`token_budget` padded tokens, TRL's batch is one forward.
+`token_budget` padded tokens and runs each group's prompt once, its G completions against the
+prompt's keys and values (the same loss and gradients), TRL's batch is one forward of every
+prompt + completion.
 
 The two take turns, one update each (TRL runs in a thread that waits at each step's start), so a
 change in the machine's load hits both alike and neither runs while the other is timed. Seconds per

@@ -1,4 +1,6 @@
+import copy
 import json
+import math
 
 import pytest
 import torch
@@ -89,6 +91,29 @@ def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):
     assert one_token[4] == 1 and many_token[4] == 8
     for many, one in ((many_token, one_token), (many_seq, one_seq)):
         assert many[2] == pytest.approx(one[2], abs=1e-6) and many[3] == pytest.approx(one[3], rel=1e-5)
+
+
+def test_the_update_equals_the_loss_of_every_whole_sequence_forwarded_alone(fresh_policy):
+    from harnessrl.train.advantages import group_advantages
+    from harnessrl.train.losses import aggregate, ppo_clip_loss, token_logprobs
+
+    groups = sampled_groups(fresh_policy)
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(grad_clip=None))
+    model = copy.deepcopy(trainer.model)
+    metrics = trainer.rl_step(groups)
+    # the unoptimised computation: no shared prompts, no trimmed positions, one sequence at a time
+    seqs = [s for g in groups for e, adv in zip(g, group_advantages([e.reward.total for e in g], "grpo")) for s in episode_sequences(e, adv)]
+    tokens, loss = sum(s.loss_tokens for s in seqs), torch.zeros(())
+    for s in seqs:
+        ids = torch.tensor([s.ids])
+        logp, _ = token_logprobs(model(input_ids=ids).logits, ids)
+        per_token, _ = ppo_clip_loss(logp, torch.tensor([s.sampled_logprobs[1:]]), torch.tensor([[s.advantage]]), 0.2, 0.28, 3.0)
+        loss = loss + aggregate(per_token, torch.tensor([s.loss_mask[1:]]).float(), "token", len(seqs), tokens)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), math.inf)
+    assert metrics["loss/policy"] == pytest.approx(float(loss.detach()), abs=1e-6)
+    assert metrics["optim/grad_norm"] == pytest.approx(float(grad_norm), rel=1e-4)
+    assert metrics["perf/loss_tokens"] == tokens and metrics["perf/tokens"] == sum(len(s) for s in seqs)
 
 
 def test_decoupled_cispo_with_kl_starts_at_unit_weights_and_zero_kl(fresh_policy):

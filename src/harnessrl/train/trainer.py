@@ -4,7 +4,9 @@
 accumulation, optimizer step, weight push, log. `sft_step(episodes)` shares everything after the
 sequences, with the negative log-likelihood of the sampled tokens as its loss. The trainer keeps its
 own copy of the weights, so the policy keeps sampling while it trains; `push` copies them over and
-the policy's version goes up by one.
+the policy's version goes up by one. A micro-batch runs each distinct prompt once and the sampled
+tails against it (train/batches.py): the same loss and gradient as whole sequences, for a fraction
+of the tokens when G episodes share a prompt.
 
 It knows episodes, sequences and losses; it knows nothing about HTTP, harnesses or where rewards
 came from.
@@ -26,6 +28,7 @@ import torch
 from harnessrl.policy import Policy
 from harnessrl.train import losses
 from harnessrl.train.advantages import group_advantages, is_degenerate
+from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logits
 from harnessrl.train.checkpoint import load_state, save_checkpoint
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.loggers import MetricLoggers
@@ -101,7 +104,7 @@ class Trainer:
             metrics.update({"step": self.step, "policy_version": self.policy.version if self.policy else -1, "perf/skipped_update": 1})
             self.log(metrics)
             return metrics
-        micro = [_tensors(mb) for mb in _micro_batches(sequences, cfg.token_budget)]
+        micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)]  # prompts shared (train/batches.py)
         num_sequences, num_tokens = len(sequences), sum(s.loss_tokens for s in sequences)
         version = self.policy.version if self.policy is not None else -1
         rl = objective == "rl"
@@ -113,19 +116,19 @@ class Trainer:
         stats = _Stats()
         for i, mb in enumerate(micro):
             with self._autocast():
-                logits = self.model(input_ids=mb["ids"], attention_mask=mb["attention"]).logits  # (B, T, V)
-            logp, entropy = losses.token_logprobs(logits, mb["ids"])  # (B, T-1)
-            mask = mb["mask"]
+                logits = tail_logits(self.model, mb)  # (B, T, V), T: the tails after the shared prompts
+            logp, entropy = losses.token_logprobs(logits, mb.ids)  # (B, T-1)
+            mask = mb.mask
             if not rl:
                 per_token, ratio, weight, kl = -logp, None, None, None
             else:
-                anchor = prox[i] if prox is not None else mb["behaviour"]
+                anchor = prox[i] if prox is not None else mb.behaviour
                 if cfg.loss == "ppo":
                     dual = cfg.is_cap if cfg.off_policy == "behaviour" else None
-                    per_token, ratio = losses.ppo_clip_loss(logp, anchor, mb["advantages"], cfg.eps_low, cfg.eps_high, dual)
+                    per_token, ratio = losses.ppo_clip_loss(logp, anchor, mb.advantages, cfg.eps_low, cfg.eps_high, dual)
                 else:
-                    per_token, ratio = losses.cispo_loss(logp, anchor, mb["advantages"], cfg.eps_low, cfg.eps_high)
-                weight = losses.truncated_is_weight(prox[i], mb["behaviour"], cfg.is_cap) if prox is not None else None
+                    per_token, ratio = losses.cispo_loss(logp, anchor, mb.advantages, cfg.eps_low, cfg.eps_high)
+                weight = losses.truncated_is_weight(prox[i], mb.behaviour, cfg.is_cap) if prox is not None else None
                 if weight is not None:
                     per_token = per_token * weight
                 kl = losses.kl_penalty(logp, ref[i], cfg.kl) if ref is not None else None
@@ -144,7 +147,7 @@ class Trainer:
 
         # log
         seconds = time.perf_counter() - started
-        padded = sum(mb["ids"].numel() for mb in micro)
+        padded = sum(mb.padded_tokens for mb in micro)
         metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy"))
         metrics.update({
             "step": self.step,
@@ -162,10 +165,10 @@ class Trainer:
         return metrics
 
     @torch.no_grad()
-    def _logprobs(self, model, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
         with self._autocast():
-            logits = model(input_ids=mb["ids"], attention_mask=mb["attention"]).logits
-        return losses.token_logprobs(logits, mb["ids"])[0]
+            logits = tail_logits(model, mb)
+        return losses.token_logprobs(logits, mb.ids)[0]
 
     def _autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16) if self.config.bf16 else nullcontext()
@@ -256,16 +259,16 @@ class _Stats:
 
     def add(self, loss, logp, entropy, mb, ratio, weight, kl, version, cfg) -> None:
         self.loss += float(loss.detach())
-        mask = mb["mask"]
+        mask = mb.mask
         self._add("policy/entropy", entropy, mask)
         if version >= 0:  # train/sample gap on tokens the current weights sampled
-            same = mask * (mb["versions"] == version)
-            self._add("policy/logprob_gap", (logp.detach() - mb["behaviour"]).abs(), same)
-            self._add("policy/staleness", (version - mb["versions"]).float(), mask)
+            same = mask * (mb.versions == version)
+            self._add("policy/logprob_gap", (logp.detach() - mb.behaviour).abs(), same)
+            self._add("policy/staleness", (version - mb.versions).float(), mask)
         if ratio is not None:
             self._add("policy/ratio", ratio, mask)
-            self._add("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb["advantages"] < 0)).float(), mask)
-            self._add("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb["advantages"] > 0)).float(), mask)
+            self._add("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb.advantages < 0)).float(), mask)
+            self._add("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb.advantages > 0)).float(), mask)
         if weight is not None:
             self._add("policy/is_weight", weight, mask)
             self._add("policy/is_weight_capped", (weight >= (cfg.is_cap or math.inf)).float(), mask)
@@ -305,34 +308,6 @@ def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, 
     flags = {flag for e in episodes for flag in e.reward.flags}
     out.update({f"hacking/{flag}": sum(flag in e.reward.flags for e in episodes) / len(episodes) for flag in flags})
     return out
-
-
-def _micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]]:
-    """Longest first, packed while (rows x longest row) stays within the token budget."""
-    batches: list[list[Sequence]] = []
-    for seq in sorted(sequences, key=len, reverse=True):
-        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget:
-            batches[-1].append(seq)
-        else:
-            batches.append([seq])
-    return batches
-
-
-def _tensors(batch: list[Sequence]) -> dict[str, torch.Tensor]:
-    """Right-padded (B, T) ids and attention; the rest (B, T-1), aligned with token_logprobs."""
-    width = max(len(s) for s in batch)
-
-    def pad(rows, value):
-        return [row + [value] * (width - len(row)) for row in rows]
-
-    return {
-        "ids": torch.tensor(pad([s.ids for s in batch], 0)),
-        "attention": torch.tensor(pad([[1] * len(s) for s in batch], 0)),
-        "mask": torch.tensor(pad([s.loss_mask for s in batch], 0))[:, 1:].float(),
-        "behaviour": torch.tensor(pad([s.sampled_logprobs for s in batch], 0.0))[:, 1:],
-        "versions": torch.tensor(pad([s.versions for s in batch], -1))[:, 1:],
-        "advantages": torch.tensor([[s.advantage] for s in batch], dtype=torch.float32),
-    }
 
 
 def _lr_factor(cfg: TrainConfig):

@@ -1,0 +1,97 @@
+"""Micro-batches: training sequences packed into padded tensors, and the forward pass that scores them.
+
+The G sequences of a group begin with the same prompt. Each sequence is cut where its loss begins:
+the prefix (every token before the one whose logits score the first loss token) and the tail (the
+rest). The forward runs each distinct prefix of the micro-batch once, then every tail against its
+prefix's keys and values, so the transformer body sees P x prompt + P x G x completion tokens
+instead of P x G x (prompt + completion), and the vocabulary projection and log-softmax run on the
+tails only. The loss positions get the same logits as a full forward (up to float rounding), and the
+gradient reaches the prefix through its keys and values.
+
+Per-token tensors are laid out along the tails: column t of row b scores tail token t + 1 (as
+`losses.token_logprobs`). It knows sequences and tensors; nothing about losses or episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from harnessrl.train.sequences import Sequence
+
+
+@dataclass
+class MicroBatch:
+    prefix_ids: torch.Tensor  # (P, S) distinct prefixes, right-padded; S = 0 when every prefix is empty
+    prefix_of: torch.Tensor  # (B,) row of prefix_ids each sequence continues
+    ids: torch.Tensor  # (B, T) tails, right-padded
+    attention: torch.Tensor  # (B, S + T) 1 on the row's own prefix and tail tokens
+    positions: torch.Tensor  # (B, T) position ids of the tail tokens
+    mask: torch.Tensor  # (B, T-1) 1 on loss tokens
+    behaviour: torch.Tensor  # (B, T-1) sampled logprobs
+    versions: torch.Tensor  # (B, T-1) policy_version that sampled the token; -1 elsewhere
+    advantages: torch.Tensor  # (B, 1)
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens the transformer body runs on, padding included."""
+        return self.prefix_ids.numel() + self.ids.numel()
+
+
+def micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]]:
+    """Longest first, packed while (rows x longest row) stays within the token budget."""
+    batches: list[list[Sequence]] = []
+    for seq in sorted(sequences, key=len, reverse=True):
+        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget:
+            batches[-1].append(seq)
+        else:
+            batches.append([seq])
+    return batches
+
+
+def micro_batch(batch: list[Sequence]) -> MicroBatch:
+    """The tensors of one micro-batch, each distinct prefix once."""
+    cuts = [_cut(s) for s in batch]
+    rows: dict[tuple[int, ...], int] = {}
+    prefix_of = [rows.setdefault(tuple(s.ids[:cut]), len(rows)) for s, cut in zip(batch, cuts)]
+    prefixes = list(rows)
+    width = max(map(len, prefixes))
+    tails = [s.ids[cut:] for s, cut in zip(batch, cuts)]
+    length = max(map(len, tails))
+
+    def pad(rows, value, size):
+        return [row + [value] * (size - len(row)) for row in rows]
+
+    attention = [[1] * cut + [0] * (width - cut) + [1] * len(tail) + [0] * (length - len(tail)) for cut, tail in zip(cuts, tails)]
+    return MicroBatch(
+        prefix_ids=torch.tensor(pad([list(p) for p in prefixes], 0, width), dtype=torch.long).reshape(len(prefixes), width),
+        prefix_of=torch.tensor(prefix_of),
+        ids=torch.tensor(pad(tails, 0, length)),
+        attention=torch.tensor(attention),
+        positions=torch.tensor([list(range(cut, cut + length)) for cut in cuts]),
+        mask=torch.tensor(pad([s.loss_mask[cut + 1 :] for s, cut in zip(batch, cuts)], 0, length - 1)).float(),
+        behaviour=torch.tensor(pad([s.sampled_logprobs[cut + 1 :] for s, cut in zip(batch, cuts)], 0.0, length - 1)),
+        versions=torch.tensor(pad([s.versions[cut + 1 :] for s, cut in zip(batch, cuts)], -1, length - 1)),
+        advantages=torch.tensor([[s.advantage] for s in batch], dtype=torch.float32),
+    )
+
+
+def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
+    """(B, T, V) logits of the tails; the prefixes run once each and are shared through their keys and values."""
+    cache = None
+    if mb.prefix_ids.shape[1]:
+        # causal, no mask: a prefix's right padding comes after its tokens and is masked in the tails
+        prefix = DynamicCache()
+        model(input_ids=mb.prefix_ids, cache=prefix, use_cache=True, logits_to_keep=1)
+        if prefix.get_seq_length() != mb.prefix_ids.shape[1]:  # never score tails without their prompt
+            raise RuntimeError("the model did not fill the prompt's KV cache (a transformers without the `cache` argument, or caching disabled)")
+        cache = DynamicCache(ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers])
+    return model(input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache).logits
+
+
+def _cut(seq: Sequence) -> int:
+    """Where the tail begins: the position whose logits score the first loss token (token 0 is never scored)."""
+    first = next((i for i in range(1, len(seq)) if seq.loss_mask[i]), 1)
+    return first - 1

@@ -1,0 +1,58 @@
+import torch
+
+from harnessrl.policy import Policy
+from harnessrl.policy.tiny import build_tiny
+from harnessrl.train import episode_sequences
+from harnessrl.train.batches import micro_batch, tail_logits
+from harnessrl.train.losses import token_logprobs
+from harnessrl.train.sequences import Sequence
+from tests.train.helpers import sampled_groups
+
+
+def _sequences() -> list[Sequence]:
+    """Two groups of four sampled replies (a shared prompt each), a two-turn sequence whose second
+    prompt carries no loss, and one whose loss starts at token 1 (an empty prefix)."""
+    policy = Policy.load("tiny")
+    try:
+        groups = sampled_groups(policy, groups=2, size=4, max_tokens=8)
+    finally:
+        policy.close()
+    seqs = [s for i, e in enumerate(e for g in groups for e in g) for s in episode_sequences(e, 0.1 * i - 0.3)]
+    a = seqs[0]
+    turns = Sequence(
+        ids=a.ids + a.ids[:5] + a.ids[-3:], loss_mask=a.loss_mask + [0] * 5 + [1] * 3,
+        sampled_logprobs=a.sampled_logprobs + [0.0] * 5 + [-1.0] * 3, versions=a.versions + [-1] * 5 + [0] * 3, advantage=0.7,
+    )  # fmt: skip
+    early = Sequence(ids=a.ids[:6], loss_mask=[0, 1, 1, 0, 1, 1], sampled_logprobs=[0.0, -1, -1, 0, -1, -1], versions=[-1, 0, 0, -1, 0, 0], advantage=-0.4)
+    return [*seqs, turns, early]
+
+
+def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
+    seqs = _sequences()
+    model, _ = build_tiny(seed=0)
+    model.train()
+    mb = micro_batch(seqs)
+    assert mb.prefix_ids.shape[0] == 3  # the two prompts and the empty prefix
+    assert mb.mask.sum() == sum(s.loss_tokens for s in seqs)  # none has loss on token 0
+    # the unoptimised computation: each whole sequence on its own
+    expected, reference = [], torch.zeros(())
+    for s in seqs:
+        ids = torch.tensor([s.ids])
+        logp = token_logprobs(model(input_ids=ids).logits, ids)[0][0]
+        mask = torch.tensor(s.loss_mask[1:], dtype=torch.bool)
+        expected.append(logp[mask])
+        reference = reference + s.advantage * logp[mask].sum()
+    reference.backward()
+    expected_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    logp, _ = token_logprobs(tail_logits(model, mb), mb.ids)
+    for row, (s, want) in enumerate(zip(seqs, expected)):
+        mask = mb.mask[row].bool()
+        assert torch.allclose(logp[row][mask], want, atol=1e-5), row
+        assert mb.behaviour[row][mask].tolist() == [lp for lp, m in zip(s.sampled_logprobs[1:], s.loss_mask[1:]) if m]
+    shared = (logp * mb.mask * mb.advantages).sum()
+    assert torch.allclose(shared, reference, atol=1e-4)
+    shared.backward()
+    for p, want in zip(model.parameters(), expected_grads):
+        assert torch.allclose(p.grad, want, rtol=1e-4, atol=1e-6)
