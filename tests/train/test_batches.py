@@ -56,3 +56,11 @@ def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
     shared.backward()
     for p, want in zip(model.parameters(), expected_grads):
         assert torch.allclose(p.grad, want, rtol=1e-4, atol=1e-6)
+
+
+def test_without_shared_prompts_the_batch_is_one_plain_forward():
+    seqs = _sequences()
+    distinct = [seqs[0], seqs[4]]  # one sequence of each group: nothing to share
+    mb = micro_batch(distinct)
+    assert mb.prefix_ids.shape[1] == 0 and mb.ids.shape[1] == max(len(s) for s in distinct)
+    assert mb.mask.sum() == sum(s.loss_tokens for s in distinct)

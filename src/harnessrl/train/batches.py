@@ -22,6 +22,9 @@ from transformers import DynamicCache
 from harnessrl.train.sequences import Sequence
 
 
+SHARED_MIN = 0.25  # split off the prefixes only when that saves at least this share of the tokens
+
+
 @dataclass
 class MicroBatch:
     prefix_ids: torch.Tensor  # (P, S) distinct prefixes, right-padded; S = 0 when every prefix is empty
@@ -54,6 +57,9 @@ def micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]
 def micro_batch(batch: list[Sequence]) -> MicroBatch:
     """The tensors of one micro-batch, each distinct prefix once."""
     cuts = [_cut(s) for s in batch]
+    distinct = {tuple(s.ids[:cut]) for s, cut in zip(batch, cuts)}
+    if sum(cuts) - sum(map(len, distinct)) < SHARED_MIN * sum(map(len, batch)):
+        cuts = [0] * len(batch)  # little is shared (e.g. SFT on distinct tasks): one plain forward is cheaper
     rows: dict[tuple[int, ...], int] = {}
     prefix_of = [rows.setdefault(tuple(s.ids[:cut]), len(rows)) for s, cut in zip(batch, cuts)]
     prefixes = list(rows)
