@@ -32,6 +32,8 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     assert run.messages[1]["content"].startswith("[person-2] ") and "person-2" in run.seen_docs
     assert "person-2#0" in run.shown  # a document read is excluded from later searches
     assert run.prune_chunks(["person-2"]) == "pruned 1" and run.messages[1]["content"] == ""
+    doc = ids[1].split("#")[0]  # a document id also drops its chunks shown by a search
+    assert run.prune_chunks([doc]) == "pruned 1" and f"[{ids[1]}]" not in run.messages[0]["content"]
     assert run.read_document("nope").startswith("error:")
     run.used = 60
     assert "consider prune_chunks" in run._usage()

@@ -67,12 +67,13 @@ class _Run:
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
         """Drop chunks (or whole documents read) from the context."""
-        dropped = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
-        self.pruned.update(dropped)
+        named = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
+        self.pruned.update(named)
+        dropped = named | {c.id for d in named for c in self.agent.index.chunks_of(d) if c.id in self.shown}  # a document's chunks too
         for message in self.messages:
             if message["role"] == "tool":
                 message["content"] = _drop(message["content"], dropped)
-        return f"pruned {len(dropped)}"
+        return f"pruned {len(named)}"
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
         """Final answer and supporting document ids."""
