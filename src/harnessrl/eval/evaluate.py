@@ -40,7 +40,7 @@ from harnessrl.harness import Harness
 from harnessrl.job.config import JobConfig
 from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.types import Call, Episode, RewardBreakdown, Task
+from harnessrl.types import Call, Episode, Task
 
 ADMIN = "harnessrl-eval-admin"
 SCHEDULE_END = 10**9  # a step past every schedule's end: rewards at their final formula
@@ -287,19 +287,8 @@ async def run_episodes(
     groups = await asyncio.gather(
         *(asyncio.gather(*(timed(t) for _ in range(repeats))) for t in env.tasks)
     )
-    for group in groups:
-        finished = [e for e in group if e.status == "finished"]
-        if finished:
-            await env.reward.score_group(finished, SCHEDULE_END)
-        for e in group:  # as in training: a failed episode scores failure_reward
-            if e.status == "failed":
-                r = rollout.failure_reward
-                e.reward = RewardBreakdown(
-                    total=r,
-                    terms={"failure": r},
-                    weights={"failure": 1.0},
-                    flags=["failed"],
-                )
+    for group in groups:  # as in training: a failed episode scores failure_reward
+        await engine.score(group, SCHEDULE_END)
     return [e for group in groups for e in group]
 
 

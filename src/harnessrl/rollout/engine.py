@@ -58,8 +58,13 @@ class RolloutEngine:
         return episode
 
     async def group(self, task: Task, step: int = 0) -> list[Episode]:
-        """G episodes of one task, scored; failed ones get `failure_reward`."""
+        """G episodes of one task, scored."""
         episodes = list(await asyncio.gather(*(self.episode(task) for _ in range(self.config.group_size))))
+        await self.score(episodes, step)
+        return episodes
+
+    async def score(self, episodes: list[Episode], step: int = 0) -> None:
+        """Score one task's episodes as a group; failed ones get `failure_reward`."""
         finished = [e for e in episodes if e.status == "finished"]
         if finished:
             await self.reward.score_group(finished, step)
@@ -67,7 +72,6 @@ class RolloutEngine:
         for e in episodes:
             if e.status == "failed":
                 e.reward = RewardBreakdown(total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"])
-        return episodes
 
     async def train(self, trainer, tasks: Iterator[Task], updates: int, progress: bool = True, on_update: Callable[[dict], None] | None = None) -> list[dict]:
         """`updates` trainer updates on groups collected from `tasks` (cycled by the caller).

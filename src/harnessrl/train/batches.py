@@ -57,11 +57,11 @@ def micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]
 def micro_batch(batch: list[Sequence]) -> MicroBatch:
     """The tensors of one micro-batch, each distinct prefix once."""
     cuts = [_cut(s) for s in batch]
-    distinct = {tuple(s.ids[:cut]) for s, cut in zip(batch, cuts)}
-    if sum(cuts) - sum(map(len, distinct)) < SHARED_MIN * sum(map(len, batch)):
-        cuts = [0] * len(batch)  # little is shared (e.g. SFT on distinct tasks): one plain forward is cheaper
+    heads = [tuple(s.ids[:cut]) for s, cut in zip(batch, cuts)]
+    if sum(cuts) - sum(map(len, set(heads))) < SHARED_MIN * sum(map(len, batch)):
+        cuts, heads = [0] * len(batch), [()] * len(batch)  # little is shared (e.g. SFT on distinct tasks): one plain forward
     rows: dict[tuple[int, ...], int] = {}
-    prefix_of = [rows.setdefault(tuple(s.ids[:cut]), len(rows)) for s, cut in zip(batch, cuts)]
+    prefix_of = [rows.setdefault(head, len(rows)) for head in heads]
     prefixes = list(rows)
     width = max(map(len, prefixes))
     tails = [s.ids[cut:] for s, cut in zip(batch, cuts)]

@@ -83,7 +83,6 @@ class _Run:
     # ---- the loop -----------------------------------------------------------------------------
 
     async def loop(self, llm: openai.AsyncOpenAI) -> Outcome:
-        self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.task.prompt}]
         while self.final is None and self.turns < self.agent.max_turns:
             response = await llm.chat.completions.create(
                 model="policy", messages=self.messages, tools=self.tools.schemas,
