@@ -40,7 +40,10 @@ def make_harness(turns: int, rng: random.Random):
             r = await llm.chat.completions.create(model="tiny", messages=messages, max_tokens=24)
             answer = r.choices[0].message.content or ""
             await asyncio.sleep(rng.uniform(0.1, 0.3))  # the tool call's latency
-            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"tool result {turn}: ok"}]
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": f"tool result {turn}: ok"},
+            ]
         return Outcome(answer=answer)
 
     return harness
@@ -49,8 +52,12 @@ def make_harness(turns: int, rng: random.Random):
 async def run(staleness: int, args) -> tuple[float, dict]:
     policy = Policy.load("tiny")
     gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
-    reward = Reward([weighted("e_share", lambda e: (e.outcome.answer or "").count("e") / max(1, len(e.outcome.answer or "")))])
-    config = RolloutConfig(group_size=args.group_size, groups_per_update=args.groups, staleness=staleness, concurrency=64)
+    reward = Reward(
+        [weighted("e_share", lambda e: (e.outcome.answer or "").count("e") / max(1, len(e.outcome.answer or "")))]
+    )
+    config = RolloutConfig(
+        group_size=args.group_size, groups_per_update=args.groups, staleness=staleness, concurrency=64
+    )
     engine = RolloutEngine(gateway, make_harness(args.turns, random.Random(0)), reward, config)
     trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-4), policy=policy)
     tasks = itertools.cycle([Task(id=f"t{i}", prompt=f"Plan trip number {i}.") for i in range(16)])
@@ -74,8 +81,18 @@ def main() -> None:
         seconds, counts = asyncio.run(run(k, args))
         results[k] = seconds
         print(f"k={k}: {args.updates} updates in {seconds:.1f} s; {counts}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; tiny model, {args.groups} groups x {args.group_size} episodes x {args.turns} turns per update")
-    print(json.dumps({"async_speedup": round(results[0] / results[2], 3), "sync_seconds": round(results[0], 1), "async_seconds": round(results[2], 1)}))
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs; tiny model, {args.groups} groups x {args.group_size} episodes x {args.turns} turns per update"
+    )
+    print(
+        json.dumps(
+            {
+                "async_speedup": round(results[0] / results[2], 3),
+                "sync_seconds": round(results[0], 1),
+                "async_seconds": round(results[2], 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,14 +23,21 @@ from harnessrl.train import TrainConfig, Trainer
 from harnessrl.train.sft import demonstration
 
 FIELDS = {"born": "was born in {v}", "job": "works as a {v}", "street": "lives on {v} street"}
-QUESTIONS = {"born": "Where was {n} born?", "job": "What does {n} do for a living?", "street": "On which street does {n} live?"}
+QUESTIONS = {
+    "born": "Where was {n} born?",
+    "job": "What does {n} do for a living?",
+    "street": "On which street does {n} live?",
+}
 
 
 def dossier(mixture: Mixture) -> tuple[list[dict], str]:
     people = []
     for _ in range(mixture.rng.randint(2, 4)):
         people.append({"name": mixture.name(), "born": mixture.name(), "job": mixture.word(), "street": mixture.name()})
-    lines = [f"Dossier {i + 1}: {p['name']} " + ", ".join(FIELDS[f].format(v=p[f]) for f in FIELDS) + "." for i, p in enumerate(people)]
+    lines = [
+        f"Dossier {i + 1}: {p['name']} " + ", ".join(FIELDS[f].format(v=p[f]) for f in FIELDS) + "."
+        for i, p in enumerate(people)
+    ]
     person, field = mixture.rng.choice(people), mixture.rng.choice(list(FIELDS))
     question = QUESTIONS[field].format(n=person["name"])
     return [{"role": "user", "content": "\n".join(lines) + "\n" + question}], person[field]

@@ -46,14 +46,22 @@ ADMIN = "bench-admin-key"
 
 async def arm(prune: str, gateway: GatewayClient, index: SearchIndex, tasks, args) -> list[dict]:
     agent = SearchAgent(index, context_budget=args.budget, max_turns=64, k=args.k)
-    expert = SearchExpert(agent, p_distractor=0.0, p_skip=0.0, p_extra_doc=0.0, prune=prune, extra_searches=args.extra_searches)
+    expert = SearchExpert(
+        agent, p_distractor=0.0, p_skip=0.0, p_extra_doc=0.0, prune=prune, extra_searches=args.extra_searches
+    )
     engine = RolloutEngine(gateway, expert, context1_reward(), RolloutConfig(group_size=2))  # episode() runs one
     rows = []
     for task in track(tasks, description=f"prune={prune}"):
         episode = await engine.episode(task)
         info = episode.outcome.info
         gold = set(task.data["gold_doc_ids"])
-        rows.append({"peak": info["peak_context"], "recall": len(gold & set(info["trajectory_doc_ids"])) / len(gold), "turns": info["turns"]})
+        rows.append(
+            {
+                "peak": info["peak_context"],
+                "recall": len(gold & set(info["trajectory_doc_ids"])) / len(gold),
+                "turns": info["turns"],
+            }
+        )
     return rows
 
 
@@ -94,6 +102,8 @@ if __name__ == "__main__":
     parser.add_argument("--extra-searches", type=int, default=3)
     parser.add_argument("--k", type=int, default=5, help="chunks per search")
     parser.add_argument("--budget", type=int, default=4096, help="context budget (tokens), the same for both arms")
-    parser.add_argument("--corpus", type=Path, help="corpus.jsonl (with --tasks-file); default: the synthetic generator")
+    parser.add_argument(
+        "--corpus", type=Path, help="corpus.jsonl (with --tasks-file); default: the synthetic generator"
+    )
     parser.add_argument("--tasks-file", type=Path)
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

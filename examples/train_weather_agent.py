@@ -57,7 +57,9 @@ async def main(args) -> dict:
     tasks = [Task(prompt=f"What is the weather in {city}?", data={"city": city}) for city in CITIES]
     with tempfile.TemporaryDirectory() as run:
         trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=args.lr), run_dir=Path(run), policy=policy)
-        engine = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups))
+        engine = RolloutEngine(
+            gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups)
+        )
         try:
             history = await engine.train(trainer, itertools.cycle(tasks), args.updates)
         finally:

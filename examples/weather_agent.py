@@ -17,6 +17,7 @@ import json
 import os
 
 import openai
+
 from harnessrl.gateway import GatewayClient
 from harnessrl.types import Outcome, Task
 

@@ -55,7 +55,9 @@ class Packer:
         out = []
         for _ in range(rows):
             while len(self.buffer) < self.width:
-                self.buffer += self.tokenizer(self._next_text() + "<|endoftext|>", add_special_tokens=False)["input_ids"]
+                self.buffer += self.tokenizer(self._next_text() + "<|endoftext|>", add_special_tokens=False)[
+                    "input_ids"
+                ]
             out.append(self.buffer[: self.width])
             self.buffer = self.buffer[self.width :]
         return torch.tensor(out)
@@ -83,7 +85,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--minutes", type=float, default=0, help="stop (checkpointed) after this long; 0 = run to --steps")
+    parser.add_argument(
+        "--minutes", type=float, default=0, help="stop (checkpointed) after this long; 0 = run to --steps"
+    )
     parser.add_argument("--save-minutes", type=float, default=5)
     parser.add_argument("--probe-items", type=int, default=200)
     parser.add_argument("--resume", action="store_true")
@@ -117,7 +121,13 @@ def main() -> None:
     def save() -> None:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "packer": packer.state(),
                  "torch_rng": torch.get_rng_state(), "step": step, "wall_seconds": wall, "args": vars(args) | {"out": str(args.out)}}  # fmt: skip
-        save_checkpoint(checkpoints, step, lambda folder: (model.save_pretrained(folder), tokenizer.save_pretrained(folder)), state, keep=2)
+        save_checkpoint(
+            checkpoints,
+            step,
+            lambda folder: (model.save_pretrained(folder), tokenizer.save_pretrained(folder)),
+            state,
+            keep=2,
+        )
 
     started, last_save, last_probe = time.monotonic(), time.monotonic(), time.monotonic()
     while step < args.steps and not args.export_only:
@@ -134,7 +144,13 @@ def main() -> None:
         step += 1
         seconds = time.perf_counter() - t0
         wall += seconds
-        record = {"step": step, "loss": float(loss), "lr": optimizer.param_groups[0]["lr"], "tok_s": ids.numel() / seconds, "wall_seconds": wall}
+        record = {
+            "step": step,
+            "loss": float(loss),
+            "lr": optimizer.param_groups[0]["lr"],
+            "tok_s": ids.numel() / seconds,
+            "wall_seconds": wall,
+        }
         if time.monotonic() - last_probe > 600:
             record["probe"] = _probe(model, tokenizer, 40)
             last_probe = time.monotonic()
@@ -184,13 +200,21 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, count
     tokenizer.save_pretrained(folder)
     figure, axis = plt.subplots(figsize=(7, 4))
     axis.plot([r["step"] for r in records], [r["loss"] for r in records], linewidth=0.6)
-    axis.set(xlabel="step", ylabel="next-token loss (all tokens)", title=f"tiny-base pretraining ({args.rows}x{args.width} tokens/step)")
+    axis.set(
+        xlabel="step",
+        ylabel="next-token loss (all tokens)",
+        title=f"tiny-base pretraining ({args.rows}x{args.width} tokens/step)",
+    )
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(folder / "loss.png", dpi=120)
     probes = [(r["step"], r["probe"]) for r in records if "probe" in r]
-    (folder / "probe.json").write_text(json.dumps({"final": scores, "items_per_skill": args.probe_items, "during": probes}, indent=1))
-    (folder / "README.md").write_text(_readme(args, step, wall, scores, counts, sum(p.numel() for p in model.parameters())))
+    (folder / "probe.json").write_text(
+        json.dumps({"final": scores, "items_per_skill": args.probe_items, "during": probes}, indent=1)
+    )
+    (folder / "README.md").write_text(
+        _readme(args, step, wall, scores, counts, sum(p.numel() for p in model.parameters()))
+    )
     print(json.dumps(scores))
 
 

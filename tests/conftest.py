@@ -28,7 +28,11 @@ WEATHER_TOOLS = [
 
 
 def weather_dialogue(city: str = "Paris") -> list[dict]:
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+    }
     return [
         {"role": "user", "content": f"Weather in {city}?"},
         {"role": "assistant", "content": None, "tool_calls": [call]},

@@ -53,5 +53,7 @@ def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_pat
     done = subprocess.run([*run, "save-model", str(tmp_path / "tiny")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "tiny").iterdir()}
-    bad = subprocess.run([*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "not 'tiny', 'tiny-base' or a folder with a config.json" in bad.stderr

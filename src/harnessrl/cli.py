@@ -26,7 +26,9 @@ def serve(
     model: str = typer.Option("tiny", help="'tiny' (built offline) or a local Hugging Face folder"),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
     port: int = typer.Option(8000, help="TCP port"),
-    admin_key: str | None = typer.Option(None, envvar="HARNESSRL_ADMIN_KEY", help="admin API key (or HARNESSRL_ADMIN_KEY)"),
+    admin_key: str | None = typer.Option(
+        None, envvar="HARNESSRL_ADMIN_KEY", help="admin API key (or HARNESSRL_ADMIN_KEY)"
+    ),
     seed: int = typer.Option(0, help="seed for building 'tiny'"),
     max_batch: int = typer.Option(64, help="most sequences decoded in one forward pass"),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="larger request bodies get 413"),
@@ -122,7 +124,10 @@ def train(
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/main"), help="run folder"),
-    resume: Path | None = typer.Option(None, help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint"),
+    resume: Path | None = typer.Option(
+        None,
+        help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
+    ),
 ) -> None:
     """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after."""
     import json
@@ -135,7 +140,9 @@ def train(
     try:
         if resume is not None:
             if config is not None or corpus is not None or tasks is not None:
-                raise ValueError("--resume continues a run with its own config.yaml: give no CONFIG, --corpus or --tasks")
+                raise ValueError(
+                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus or --tasks"
+                )
             out, summary = resume, main.resume(resume)
         else:
             job = JobConfig.load(config)
@@ -154,11 +161,16 @@ def train(
 @app.command("eval")
 def eval_command(
     env: str = typer.Option(..., help="environment: search"),
-    checkpoint: str = typer.Option(..., help="a Hugging Face folder, a run folder or its checkpoints/ (newest step), or 'tiny-base'"),
+    checkpoint: str = typer.Option(
+        ..., help="a Hugging Face folder, a run folder or its checkpoints/ (newest step), or 'tiny-base'"
+    ),
     split: str = typer.Option("test", help="train | test"),
     repeats: int = typer.Option(1, help="episodes per task"),
     temperature: float = typer.Option(1.0, help="sampling temperature; 0 = greedy"),
-    config: Path | None = typer.Option(None, help="job YAML: agent settings (context_budget, max_turns, ...), data, rollout timeout; default: the config.yaml of the run the checkpoint is in, if any"),
+    config: Path | None = typer.Option(
+        None,
+        help="job YAML: agent settings (context_budget, max_turns, ...), data, rollout timeout; default: the config.yaml of the run the checkpoint is in, if any",
+    ),
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line; default the job's data"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
@@ -180,7 +192,11 @@ def eval_command(
             concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=JobConfig.load(config or _run_config(checkpoint)),
         )  # fmt: skip
         report = evaluate(request, out)
-    except (ValidationError, ValueError, OSError) as exc:  # CheckpointError, PolicyLoadError, DataError, TraceLineError are ValueErrors
+    except (
+        ValidationError,
+        ValueError,
+        OSError,
+    ) as exc:  # CheckpointError, PolicyLoadError, DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     title = f"{env}/{split}: {report['tasks']} tasks x {report['repeats']} = {report['episodes']} episodes, {report['model']}"
@@ -216,19 +232,29 @@ def sft(
     from harnessrl.train.sft import TraceLineError, run_sft
 
     try:
-        config = TrainConfig(lr=lr, schedule=schedule, token_budget=token_budget, bf16=bf16, lora=LoraConfig() if lora else None)
+        config = TrainConfig(
+            lr=lr, schedule=schedule, token_budget=token_budget, bf16=bf16, lora=LoraConfig() if lora else None
+        )
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
     except (TraceLineError, PolicyLoadError, ValidationError, FileExistsError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
-    console.print(f"sft done: step {metrics.get('step')}, loss {metrics.get('loss/sft', float('nan')):.4f}; model in {out / 'model'}")
+    console.print(
+        f"sft done: step {metrics.get('step')}, loss {metrics.get('loss/sft', float('nan')):.4f}; model in {out / 'model'}"
+    )
 
 
 @app.command()
 def report(
-    run: Path = typer.Argument(..., help="run folder: metrics.jsonl (and sft/metrics.jsonl, summary.json when the main job wrote them)"),
-    other: Path | None = typer.Argument(None, help="a second run folder, drawn on the same plots and tabled side by side"),
-    out: Path | None = typer.Option(None, help="the HTML page; default RUN/report.html, PNGs in a folder beside it named after it (RUN/report/)"),
+    run: Path = typer.Argument(
+        ..., help="run folder: metrics.jsonl (and sft/metrics.jsonl, summary.json when the main job wrote them)"
+    ),
+    other: Path | None = typer.Argument(
+        None, help="a second run folder, drawn on the same plots and tabled side by side"
+    ),
+    out: Path | None = typer.Option(
+        None, help="the HTML page; default RUN/report.html, PNGs in a folder beside it named after it (RUN/report/)"
+    ),
 ) -> None:
     """One static HTML page: reward and its terms, held-out success, entropy, clip fractions, ratios, staleness, logprob gap, hacking flags."""
     from harnessrl.eval.report import ReportError, write_report
@@ -246,9 +272,16 @@ def inspect_episode(
     episode: str = typer.Argument(..., help="a JSONL file of episodes, or (with --run) the id of an episode"),
     index: int | None = typer.Option(None, help="which episode of the file, from 0 (default: the first)"),
     episode_id: str | None = typer.Option(None, "--id", help="the episode of the file with this id"),
-    run: Path | None = typer.Option(None, help="run folder whose *.jsonl files (demos, eval_before, eval_after, ...) are searched, in name order, for EPISODE as an id"),
-    model: str = typer.Option("tiny-base", help="whose tokenizer decodes the ids: 'tiny', 'tiny-base' or a local Hugging Face folder"),
-    logprobs: bool = typer.Option(False, help="also list every completion token: position, loss mask, sampled logprob, p"),
+    run: Path | None = typer.Option(
+        None,
+        help="run folder whose *.jsonl files (demos, eval_before, eval_after, ...) are searched, in name order, for EPISODE as an id",
+    ),
+    model: str = typer.Option(
+        "tiny-base", help="whose tokenizer decodes the ids: 'tiny', 'tiny-base' or a local Hugging Face folder"
+    ),
+    logprobs: bool = typer.Option(
+        False, help="also list every completion token: position, loss mask, sampled logprob, p"
+    ),
 ) -> None:
     """One episode token by token: call boundaries, prompt (dim), completion green where trained and red where not (the trainer's own mask)."""
     from pydantic import ValidationError
@@ -258,7 +291,11 @@ def inspect_episode(
     try:
         chosen = load_episode(episode, run, index, episode_id)
         tokenizer = load_tokenizer(model)
-    except (ValidationError, ValueError, OSError) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError are ValueErrors
+    except (
+        ValidationError,
+        ValueError,
+        OSError,
+    ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)

@@ -60,7 +60,9 @@ def test_an_episode_of_the_search_agent_through_the_rollout_engine(index):
     policy = Policy.load("tiny")
     try:
         gateway = GatewayClient("search-admin-key", app=create_app(policy, "search-admin-key"))
-        engine = RolloutEngine(gateway, SearchAgent(idx, max_turns=3, max_tokens=16), context1_reward(), RolloutConfig(group_size=2))
+        engine = RolloutEngine(
+            gateway, SearchAgent(idx, max_turns=3, max_tokens=16), context1_reward(), RolloutConfig(group_size=2)
+        )
         group = asyncio.run(engine.group(tasks[0].task()))
     finally:
         policy.close()
@@ -77,7 +79,9 @@ def test_the_expert_records_token_exact_demonstrations_through_the_gateway(index
     policy = Policy.load("tiny")
     try:
         gateway = GatewayClient("expert-admin-key", app=create_app(policy, "expert-admin-key"))
-        engine = RolloutEngine(gateway, SearchExpert(SearchAgent(idx, context_budget=1000)), context1_reward(), RolloutConfig(group_size=2))
+        engine = RolloutEngine(
+            gateway, SearchExpert(SearchAgent(idx, context_budget=1000)), context1_reward(), RolloutConfig(group_size=2)
+        )
 
         async def run():
             return [await engine.group(t.task()) for t in tasks[:6]]
@@ -89,13 +93,18 @@ def test_the_expert_records_token_exact_demonstrations_through_the_gateway(index
     assert sum(e.outcome.success for e in episodes) == len(episodes)  # it always knows the answer
     assert sum(e.reward.terms["f_beta"] > 0 for e in episodes) == len(episodes)
     for e in episodes:
-        assert all(c.finish_reason == "tool_calls" and c.sampled_logprobs == [0.0] * len(c.completion_ids) for c in e.calls)
+        assert all(
+            c.finish_reason == "tool_calls" and c.sampled_logprobs == [0.0] * len(c.completion_ids) for c in e.calls
+        )
         text = policy.decode(e.calls[0].completion_ids)
         assert text.startswith('<tool_call>{"name": "search_corpus"') and text.endswith("<|im_end|>")
-        for prev, call in zip(e.calls, e.calls[1:]):
+        for call in e.calls[1:]:
             if call.extends_call is not None:  # token-exact continuation, as the gateway records rollouts
                 head = e.calls[call.extends_call]
-                assert call.prompt_ids[: len(head.prompt_ids) + len(head.completion_ids)] == head.prompt_ids + head.completion_ids
+                assert (
+                    call.prompt_ids[: len(head.prompt_ids) + len(head.completion_ids)]
+                    == head.prompt_ids + head.completion_ids
+                )
         assert episode_sequences(e, 1.0)
     pruned = [e for e in episodes if e.outcome.info["pruned"]]
     assert pruned, "a 1000-token budget (about 700 of which are the prompt and tools) makes the expert prune"

@@ -35,9 +35,7 @@ METRICS = "success failed reward steps critical_steps context_tokens tool_errors
 
 def _write_data(folder):
     corpus, tasks = folder / "corpus.jsonl", folder / "tasks.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in DOCS.items())
-    )
+    corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in DOCS.items()))
     keys = ("id", "question", "answer", "gold_doc_ids", "split")
     rows = [dict(zip(keys, (i, q, a, [g], s), strict=True)) for i, q, a, g, s in TASKS]
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -192,9 +190,7 @@ async def test_a_failed_episode_scores_the_failure_reward(policy):
             raise RuntimeError("tool crashed")
         return Outcome(answer="ok", success=True)
 
-    env = EvalEnv(
-        harness, [Task(id="good"), Task(id="bad")], Reward([Term("one", lambda e: 1.0)])
-    )
+    env = EvalEnv(harness, [Task(id="good"), Task(id="bad")], Reward([Term("one", lambda e: 1.0)]))
     gateway = GatewayClient("eval-admin-key", app=create_app(policy, "eval-admin-key"))
     try:
         rollout = RolloutConfig(concurrency=2, failure_reward=-0.5)

@@ -38,9 +38,7 @@ async def _record(policy) -> Episode:
         third = await chat.create(model="tiny", messages=messages, max_tokens=8, seed=3)
         messages.append(third.choices[0].message.model_dump(exclude_none=True))
         messages.append({"role": "user", "content": "Summarise."})
-        await chat.create(
-            model="tiny", messages=messages, max_tokens=6, metadata=SEARCHER
-        )
+        await chat.create(model="tiny", messages=messages, max_tokens=6, metadata=SEARCHER)
         return await gateway.finish(episode_id, Outcome(answer="sunny"))
     finally:
         await gateway.aclose()
@@ -106,15 +104,11 @@ def test_every_call_is_shown_with_the_mask_train_sequences_builds(episode, tmp_p
             )
             assert shown == sequence.loss_mask[start:end]
         assert shown == [int(call.trainable)] * len(call.completion_ids)
-    assert (
-        sum(bit for listed in tokens for bit, _ in listed) == sequence.loss_tokens > 0
-    )
+    assert sum(bit for listed in tokens for bit, _ in listed) == sequence.loss_tokens > 0
     # the extending call shows only its new prompt tokens
     first, third = episode.calls[0], episode.calls[2]
     head = len(first.prompt_ids) + len(first.completion_ids)
-    assert (
-        f"prompt: {len(third.prompt_ids)} tokens, the first {head} are call 0's" in out
-    )
+    assert f"prompt: {len(third.prompt_ids)} tokens, the first {head} are call 0's" in out
 
 
 def test_colours_follow_the_mask(episode, tmp_path):

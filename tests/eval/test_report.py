@@ -35,9 +35,7 @@ PANELS |= {"staleness", "logprob_gap", "loss", "sft_loss"}
 
 
 def _trainer(policy: Policy, folder: Path, **config) -> Trainer:
-    return Trainer(
-        policy.model, policy.tokenizer, TrainConfig(lr=1e-3, **config), folder, policy
-    )
+    return Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3, **config), folder, policy)
 
 
 def _run_a(folder: Path) -> None:
@@ -99,9 +97,7 @@ def test_two_runs_make_one_page_whose_images_all_load_in_chromium(runs, tmp_path
     loaded = images_in_chromium(page, tmp_path / "profile")
     assert loaded["href"] == page.as_uri()
     assert loaded["title"] == "harnessrl report: run-a vs run-b"
-    assert sorted(i["src"] for i in loaded["images"]) == sorted(
-        f"report/{name}.png" for name in PANELS
-    )
+    assert sorted(i["src"] for i in loaded["images"]) == sorted(f"report/{name}.png" for name in PANELS)
     assert all(i["complete"] and i["width"] > 0 for i in loaded["images"]), loaded
 
     # the check can fail: a missing PNG is an image of width 0
@@ -159,13 +155,9 @@ IMAGES_JS = """new Promise(resolve => {
 def images_in_chromium(page: Path, profile: Path) -> dict:
     """Open `page` in headless Chromium; after its load event: URL, title, each <img>'s state."""
     exe = shutil.which("chromium")
-    assert exe, (
-        "no chromium: scripts/test.sh installs Debian's (apt-get install chromium)"
-    )
+    assert exe, "no chromium: scripts/test.sh installs Debian's (apt-get install chromium)"
     args = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"]
-    browser = subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    browser = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Chromium writes its DevTools port here; the deadline guards a hang, it times nothing
         port_file, deadline = profile / "DevToolsActivePort", time.monotonic() + 120

@@ -18,7 +18,10 @@ def _extends(call, earlier) -> bool:
 
 async def _five_turns(client: openai.AsyncOpenAI) -> list:
     """An ordinary agent loop: run the tools the model calls, ask follow-ups otherwise."""
-    messages = [{"role": "system", "content": "You report the weather."}, {"role": "user", "content": "Weather in Paris?"}]
+    messages = [
+        {"role": "system", "content": "You report the weather."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
     responses = []
     for turn in range(5):
         response = await client.chat.completions.create(
@@ -80,12 +83,18 @@ async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
     # the model learned to call get_weather; under another tool list its call comes out broken or unknown
     other = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
     r = await gateway.openai(key).chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=other, temperature=0, max_tokens=40
+        model="tiny",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=other,
+        temperature=0,
+        max_tokens=40,
     )
     assert r.choices[0].message.tool_calls is None
     assert r.choices[0].message.content.startswith("<tool_call>")
     call = (await gateway.episode(episode_id)).calls[0]
-    assert call.tool_call_error and call.finish_reason == r.choices[0].finish_reason  # "stop", or "length" when unterminated
+    assert (
+        call.tool_call_error and call.finish_reason == r.choices[0].finish_reason
+    )  # "stop", or "length" when unterminated
 
 
 async def test_keys_are_required_and_scoped_to_their_episode(gateway, tool_server):
@@ -122,7 +131,10 @@ async def test_bad_requests_get_a_4xx_naming_the_field(gateway, tool_server):
         ({"messages": [user], "n": 0}, "n"),
         ({"messages": [user], "stream": True}, "stream"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0"),
-        ({"messages": [user], "tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools.0.function.name"),
+        (
+            {"messages": [user], "tools": [{"type": "function", "function": {"description": "no name"}}]},
+            "tools.0.function.name",
+        ),
         ({"messages": [user], "tool_choice": "required"}, "body"),
         ({"messages": [user], "metadata": {"trainable": "maybe"}}, "metadata.trainable"),
     ]
@@ -204,11 +216,18 @@ async def test_tool_choice_forces_a_call_and_the_next_turn_still_extends_it(gate
     client = gateway.openai(key)
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     named = {"type": "function", "function": {"name": "get_weather"}}
-    r = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice=named, temperature=0)
+    r = await client.chat.completions.create(
+        model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice=named, temperature=0
+    )
     call = r.choices[0].message.tool_calls[0]
     assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
-    messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
-    r2 = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=30)
+    messages += [
+        r.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
+    r2 = await client.chat.completions.create(
+        model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=30
+    )
     first, second = (await gateway.episode(episode_id)).calls
     marker = tool_policy.encode("<tool_call>")
     assert first.prompt_ids[-len(marker) :] == marker  # forced: in the prompt, so never trained on

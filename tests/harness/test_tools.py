@@ -29,7 +29,11 @@ def test_schema_comes_from_signature_and_docstring():
     schema = tool_schema(lookup)["function"]
     assert schema["name"] == "lookup" and schema["description"] == "Find records by name."
     assert schema["parameters"]["required"] == ["name"]
-    assert schema["parameters"]["properties"]["limit"] == {"default": 3, "type": "integer", "description": "most records to return"}
+    assert schema["parameters"]["properties"]["limit"] == {
+        "default": 3,
+        "type": "integer",
+        "description": "most records to return",
+    }
 
 
 async def test_bad_calls_and_crashing_or_hanging_tools_become_observations():

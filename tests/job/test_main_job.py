@@ -25,14 +25,35 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("heldout_success_before", "heldout_success_after", "heldout_success_greedy_before", "heldout_success_greedy_after", "wall_seconds"):
+    for key in (
+        "heldout_success_before",
+        "heldout_success_after",
+        "heldout_success_greedy_before",
+        "heldout_success_greedy_after",
+        "wall_seconds",
+    ):
         assert key in summary
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1
     assert len(rl) == 1 and "rollout/groups" in rl[0]  # an RL update (skipped when the group tied)
-    assert set(json.loads((out / "phases.json").read_text())) == {"setup", "demos", "sft", "eval_before", "rl", "eval_after"}
-    for name in ("config.yaml", "demos.jsonl", "eval_before.json", "eval_before.jsonl", "eval_after.jsonl", "heldout.png", "rewards.png"):
+    assert set(json.loads((out / "phases.json").read_text())) == {
+        "setup",
+        "demos",
+        "sft",
+        "eval_before",
+        "rl",
+        "eval_after",
+    }
+    for name in (
+        "config.yaml",
+        "demos.jsonl",
+        "eval_before.json",
+        "eval_before.jsonl",
+        "eval_after.jsonl",
+        "heldout.png",
+        "rewards.png",
+    ):
         assert (out / name).is_file(), name
     assert (out / "checkpoints" / "latest").is_file()
 
@@ -48,7 +69,12 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     (tmp_path / "job.yaml").write_text(MINIMAL)
     out = tmp_path / "run"
     train = [sys.executable, "-m", "harnessrl", "train"]
-    assert subprocess.run([*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, timeout=900).returncode == 0
+    assert (
+        subprocess.run(
+            [*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, timeout=900
+        ).returncode
+        == 0
+    )
     demos = (out / "demos.jsonl").read_text()
     before = (out / "eval_before.json").read_text()
     # ask for one more SFT step and one more RL update, as if the run had stopped there
@@ -64,5 +90,7 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert sft_steps == [1, 2]  # the second run made only the missing step
     rl_lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rl_lines) == 2 and json.loads((out / "summary.json").read_text())["rl_updates"] == 2
-    bad = subprocess.run([*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "--resume" in bad.stderr

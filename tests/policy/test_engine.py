@@ -10,7 +10,10 @@ from harnessrl.policy.tiny import build_tiny
 
 
 def _prompts(policy, n: int) -> list[list[int]]:
-    return [policy.encode(policy.render([{"role": "user", "content": "word " * (1 + 7 * i % 23)}], None, True)) for i in range(n)]
+    return [
+        policy.encode(policy.render([{"role": "user", "content": "word " * (1 + 7 * i % 23)}], None, True))
+        for i in range(n)
+    ]
 
 
 def _reference_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -21,7 +24,9 @@ def _reference_logprobs(model, prompt: list[int], completion: list[int]) -> torc
 
 async def test_batched_sampling_records_the_logprobs_the_model_assigns(policy):
     prompts = _prompts(policy, 12)
-    params = [SamplingParams(max_tokens=8 + 5 * i, seed=i, ignore_eos=True) for i in range(12)]  # rows leave at different steps
+    params = [
+        SamplingParams(max_tokens=8 + 5 * i, seed=i, ignore_eos=True) for i in range(12)
+    ]  # rows leave at different steps
     done = await asyncio.gather(*(policy.engine.generate(p, s) for p, s in zip(prompts, params)))
     for prompt, (completion,), param in zip(prompts, done, params):
         assert len(completion.ids) == param.max_tokens and completion.finish_reason == "length"
@@ -67,7 +72,9 @@ async def test_stop_strings_and_eos_end_a_completion(policy):
     text = policy.decode(free.ids)
     stop = text[10:13]
     assert stop.strip(), f"pick a visible stop string from {text!r}"
-    stopped = (await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop], ignore_eos=True)))[0]
+    stopped = (
+        await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=30, stop=[stop], ignore_eos=True))
+    )[0]
     assert stopped.finish_reason == "stop" and stopped.stop_text == stop
     assert stop in policy.decode(stopped.ids) and stopped.ids == free.ids[: len(stopped.ids)]
     eos_only = policy.engine.eos_ids
@@ -121,7 +128,9 @@ async def test_a_cancelled_request_frees_its_row_and_spares_the_rest(policy):
     prompts = _prompts(policy, 2)
     survivor = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=60, ignore_eos=True)))
     try:
-        await asyncio.wait_for(policy.engine.generate(prompts[1], SamplingParams(max_tokens=3000, ignore_eos=True)), 0.2)
+        await asyncio.wait_for(
+            policy.engine.generate(prompts[1], SamplingParams(max_tokens=3000, ignore_eos=True)), 0.2
+        )
     except TimeoutError:
         pass
     (done,) = await survivor  # unaffected by its neighbour's cancellation

@@ -13,7 +13,9 @@ def test_top_p_renormalises_the_nucleus_and_reports_logprobs_under_it():
     # probs 0.5, 0.3, 0.2 with top_p 0.6: the nucleus is {0, 1}, renormalised to 0.625 / 0.375
     seen = set()
     for seed in range(200):
-        ids, logprobs = sample_next(_logits(0.5, 0.3, 0.2), torch.tensor([1.0]), torch.tensor([0.6]), [torch.Generator().manual_seed(seed)])
+        ids, logprobs = sample_next(
+            _logits(0.5, 0.3, 0.2), torch.tensor([1.0]), torch.tensor([0.6]), [torch.Generator().manual_seed(seed)]
+        )
         token = int(ids[0])
         seen.add(token)
         assert math.isclose(float(logprobs[0]), math.log({0: 0.625, 1: 0.375}[token]), rel_tol=1e-5)
@@ -22,7 +24,9 @@ def test_top_p_renormalises_the_nucleus_and_reports_logprobs_under_it():
 
 def test_temperature_scales_logits_before_sampling():
     # T = 2 turns probs (0.8, 0.2) into softmax(log p / 2) = (2/3, 1/3)
-    ids, logprobs = sample_next(_logits(0.8, 0.2), torch.tensor([2.0]), torch.tensor([1.0]), [torch.Generator().manual_seed(0)])
+    ids, logprobs = sample_next(
+        _logits(0.8, 0.2), torch.tensor([2.0]), torch.tensor([1.0]), [torch.Generator().manual_seed(0)]
+    )
     expected = {0: 2 / 3, 1: 1 / 3}[int(ids[0])]
     assert math.isclose(float(logprobs[0]), math.log(expected), rel_tol=1e-5)
 
@@ -38,7 +42,10 @@ def test_frequencies_follow_the_distribution_and_a_seed_repeats():
     ids, _ = sample_next(logits, ones, ones, [None] * 4000)
     freq = torch.bincount(ids, minlength=3).float() / 4000
     assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.3]), atol=0.03)
-    draw = [sample_next(logits[:8], ones[:8], ones[:8], [torch.Generator().manual_seed(b) for b in range(8)])[0] for _ in range(2)]
+    draw = [
+        sample_next(logits[:8], ones[:8], ones[:8], [torch.Generator().manual_seed(b) for b in range(8)])[0]
+        for _ in range(2)
+    ]
     assert torch.equal(draw[0], draw[1])
 
 

@@ -33,10 +33,15 @@ def judge_app() -> FastAPI:
             seen.add(prompt)
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
         answers = _ANSWER.findall(prompt)
-        scores = [{"id": int(i), "score": 1.0 if "correct" in text and "incorrect" not in text else 0.0, "reason": "scripted"} for i, text in answers]
+        scores = [
+            {"id": int(i), "score": 1.0 if "correct" in text and "incorrect" not in text else 0.0, "reason": "scripted"}
+            for i, text in answers
+        ]
         if model == "biased" and scores:
             scores[0]["score"] = min(1.0, scores[0]["score"] + 0.3)
-        content = "They all look fine to me." if model == "garbage" else "Here you go: " + json.dumps({"scores": scores})
+        content = (
+            "They all look fine to me." if model == "garbage" else "Here you go: " + json.dumps({"scores": scores})
+        )
         return {
             "id": "judge-1", "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],

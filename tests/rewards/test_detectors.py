@@ -15,7 +15,12 @@ def _call(completion, error=None, trainable=True):
 def test_malformed_tool_calls_dodging_failure_score_below_an_honest_failure():
     honest_failure = Episode(calls=[_call([5, 6])], outcome=Outcome(answer="Paris", success=False))
     dodge = Episode(calls=[_call([7], error="tool call 0: bad JSON")] * 3, outcome=Outcome(answer=None, success=False))
-    reward = Reward([weighted("outcome", lambda e: float(e.outcome.success)), *d.detector_terms({"malformed_tool_calls": 1.0}, malformed_tool_calls=d.malformed_tool_calls)])
+    reward = Reward(
+        [
+            weighted("outcome", lambda e: float(e.outcome.success)),
+            *d.detector_terms({"malformed_tool_calls": 1.0}, malformed_tool_calls=d.malformed_tool_calls),
+        ]
+    )
     assert reward.score(dodge).total < reward.score(honest_failure).total == 0.0
     assert reward.score(dodge).flags == ["malformed_tool_calls"]
 
@@ -45,7 +50,10 @@ def test_effort_cost_is_composer_2s_concave_penalty():
     assert d.effort_cost(8, k=1, q=0.5) == pytest.approx(4.0)
     assert d.effort_cost(0) == 0.0
     farm = d.effort_penalty("turns", free=2)
-    assert farm(Episode(calls=[_call([1])] * 10)) == pytest.approx(d.effort_cost(8)) and farm(Episode(calls=[_call([1])] * 2)) == 0.0
+    assert (
+        farm(Episode(calls=[_call([1])] * 10)) == pytest.approx(d.effort_cost(8))
+        and farm(Episode(calls=[_call([1])] * 2)) == 0.0
+    )
     frozen = Episode(calls=[_call([1], trainable=False)] * 10)
     assert farm(frozen) == 0.0  # sub-agents' turns are not the trained agent's effort
 

@@ -27,7 +27,10 @@ def _config(server, model="exact", **kw) -> JudgeConfig:
 
 
 def _group(task_id="t1", answers=("correct: Paris", "Lyon", "correct too", "no idea")) -> list[Episode]:
-    return [Episode(task=Task(id=task_id, prompt="Capital of France?"), outcome=Outcome(answer=a, success="correct" in a)) for a in answers]
+    return [
+        Episode(task=Task(id=task_id, prompt="Capital of France?"), outcome=Outcome(answer=a, success="correct" in a))
+        for a in answers
+    ]
 
 
 async def test_group_judge_scores_a_group_in_one_call_and_caches(judge_server):
@@ -77,7 +80,9 @@ def test_a_judge_backed_training_step_end_to_end(judge_server):
         asyncio.run(score())
         metrics = Trainer(policy.model, policy.tokenizer, TrainConfig(), policy=policy).rl_step(groups)
         assert metrics["rollout/groups_dropped_reward_failed"] == 1 and metrics["rollout/sequences"] == 8
-        assert metrics["reward/judge"] == pytest.approx(0.5 * 4 / 12) and policy.version == 1  # 4 correct answers judged 1
+        assert (
+            metrics["reward/judge"] == pytest.approx(0.5 * 4 / 12) and policy.version == 1
+        )  # 4 correct answers judged 1
     finally:
         policy.close()
 
@@ -86,7 +91,16 @@ async def test_a_judge_served_by_the_gateway_is_parsed_robustly():
     policy = Policy.load("tiny")
     try:
         with BackgroundServer(create_app(policy, "judge-admin-key")) as gateway:
-            judge = Judge(JudgeConfig(base_url=gateway.base_url + "/v1", model="tiny", api_key_env="JUDGE_KEY_FOR_TEST", max_tokens=24, retries=1, backoff=0.01))
+            judge = Judge(
+                JudgeConfig(
+                    base_url=gateway.base_url + "/v1",
+                    model="tiny",
+                    api_key_env="JUDGE_KEY_FOR_TEST",
+                    max_tokens=24,
+                    retries=1,
+                    backoff=0.01,
+                )
+            )
             import os
 
             os.environ["JUDGE_KEY_FOR_TEST"] = "judge-admin-key"

@@ -55,7 +55,9 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
 def setup():
     policy = Policy.load("tiny")
     gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
-    reward = Reward([weighted("e_share", lambda e: (e.outcome.answer or "").count("e") / max(1, len(e.outcome.answer or "")))])
+    reward = Reward(
+        [weighted("e_share", lambda e: (e.outcome.answer or "").count("e") / max(1, len(e.outcome.answer or "")))]
+    )
     yield policy, gateway, reward
     policy.close()
 
@@ -73,8 +75,13 @@ def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(se
 
     ok, crash, hang = asyncio.run(run())
     assert all(e.status == "finished" and len(e.calls) == 2 and "e_share" in e.reward.terms for e in ok)
-    assert all(e.status == "failed" and "harness raised RuntimeError: the harness hit a bug" == e.failure_reason for e in crash)
-    assert all(e.failure_reason == "timeout after 1.0 s" and e.reward.total == -1.0 and e.reward.flags == ["failed"] for e in hang)
+    assert all(
+        e.status == "failed" and "harness raised RuntimeError: the harness hit a bug" == e.failure_reason for e in crash
+    )
+    assert all(
+        e.failure_reason == "timeout after 1.0 s" and e.reward.total == -1.0 and e.reward.flags == ["failed"]
+        for e in hang
+    )
     assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0}
     assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0}
 
@@ -89,7 +96,12 @@ def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path,
     history = asyncio.run(engine.train(trainer, tasks, updates=3, progress=False))
     assert [m["step"] for m in history] == [1, 2, 3] and policy.version == 3
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 3 and lines[-1]["rollout/total_episodes"] >= 24 and lines[-1]["rollout/episodes"] == 8 and "perf/rollout_wait_seconds" in lines[-1]
+    assert (
+        len(lines) == 3
+        and lines[-1]["rollout/total_episodes"] >= 24
+        and lines[-1]["rollout/episodes"] == 8
+        and "perf/rollout_wait_seconds" in lines[-1]
+    )
     for m in history:  # every trained token was sampled at most k versions ago
         assert m.get("policy/staleness", 0) <= staleness
     # admission keeps at most k x groups_per_update groups ahead: none sampled in vain, none waiting

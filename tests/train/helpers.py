@@ -10,7 +10,9 @@ from harnessrl.types import Call, Episode, RewardBreakdown, Task
 QUESTIONS = ["Name a colour.", "Count to three.", "Say hello.", "Pick a number."]
 
 
-def sampled_groups(policy: Policy, groups: int = 2, size: int = 4, max_tokens: int = 12, seed: int = 0) -> list[list[Episode]]:
+def sampled_groups(
+    policy: Policy, groups: int = 2, size: int = 4, max_tokens: int = 12, seed: int = 0
+) -> list[list[Episode]]:
     """`groups` tasks x `size` episodes of one sampled turn each; reward = share of the letter 'e'."""
 
     async def one(task: Task, i: int) -> Episode:
@@ -18,7 +20,12 @@ def sampled_groups(policy: Policy, groups: int = 2, size: int = 4, max_tokens: i
         (done,) = await policy.engine.generate(prompt, SamplingParams(max_tokens=max_tokens, seed=seed * 1000 + i))
         text = policy.decode(done.ids, skip_special=True)
         share = text.count("e") / max(len(text), 1)
-        call = Call(prompt_ids=prompt, completion_ids=done.ids, sampled_logprobs=done.logprobs, policy_version=done.policy_version)
+        call = Call(
+            prompt_ids=prompt,
+            completion_ids=done.ids,
+            sampled_logprobs=done.logprobs,
+            policy_version=done.policy_version,
+        )
         reward = RewardBreakdown(total=share + 0.01 * i, terms={"e_share": share, "index": 0.01 * i})
         return Episode(task=task, calls=[call], reward=reward, status="finished")
 

@@ -23,7 +23,13 @@ def _sequences() -> list[Sequence]:
         ids=a.ids + a.ids[:5] + a.ids[-3:], loss_mask=a.loss_mask + [0] * 5 + [1] * 3,
         sampled_logprobs=a.sampled_logprobs + [0.0] * 5 + [-1.0] * 3, versions=a.versions + [-1] * 5 + [0] * 3, advantage=0.7,
     )  # fmt: skip
-    early = Sequence(ids=a.ids[:6], loss_mask=[0, 1, 1, 0, 1, 1], sampled_logprobs=[0.0, -1, -1, 0, -1, -1], versions=[-1, 0, 0, -1, 0, 0], advantage=-0.4)
+    early = Sequence(
+        ids=a.ids[:6],
+        loss_mask=[0, 1, 1, 0, 1, 1],
+        sampled_logprobs=[0.0, -1, -1, 0, -1, -1],
+        versions=[-1, 0, 0, -1, 0, 0],
+        advantage=-0.4,
+    )
     return [*seqs, turns, early]
 
 

@@ -55,9 +55,7 @@ def test_a_missing_package_names_the_extra_and_fails_config_load(tmp_path, monke
         return None if name == "tensorboard" else real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    with pytest.raises(
-        ValidationError, match=r"pip install 'harnessrl\[tensorboard\]'"
-    ):
+    with pytest.raises(ValidationError, match=r"pip install 'harnessrl\[tensorboard\]'"):
         JobConfig.model_validate({"loggers": ["tensorboard"]})
     with pytest.raises(MissingExtraError, match=r"harnessrl\[tensorboard\]"):
         _trainer(tmp_path, ["tensorboard"])

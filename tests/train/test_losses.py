@@ -28,9 +28,15 @@ def test_token_logprobs_entropy_and_gradient_on_toy_logits():
 
 def test_ppo_clip_by_hand():
     # r = 0.5 / 0.4 = 1.25
-    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, 1.0, eps_low=0.2, eps_high=0.2) == pytest.approx((-1.2, 0.0))  # clipped
-    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, 1.0, eps_low=0.2, eps_high=0.28) == pytest.approx((-1.25, -1.25))  # clip-higher
-    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, -1.0, eps_low=0.2, eps_high=0.2) == pytest.approx((1.25, 1.25))  # A<0: min picks r
+    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, 1.0, eps_low=0.2, eps_high=0.2) == pytest.approx(
+        (-1.2, 0.0)
+    )  # clipped
+    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, 1.0, eps_low=0.2, eps_high=0.28) == pytest.approx(
+        (-1.25, -1.25)
+    )  # clip-higher
+    assert _grad(losses.ppo_clip_loss, 0.5, 0.4, -1.0, eps_low=0.2, eps_high=0.2) == pytest.approx(
+        (1.25, 1.25)
+    )  # A<0: min picks r
     # r = 0.3 / 0.5 = 0.6 < 1 - 0.2 with A < 0: clipped at 0.8, no gradient
     assert _grad(losses.ppo_clip_loss, 0.3, 0.5, -2.0, eps_low=0.2, eps_high=0.2) == pytest.approx((1.6, 0.0))
     # r = 9 with A = -1: the objective -9 is bounded at dual_clip * A = -3

@@ -39,4 +39,6 @@ async def test_a_recorded_tool_conversation_masks_exactly_the_sampled_tokens(gat
     assert [t for t, m in zip(seq.ids, seq.loss_mask) if m] == sampled
     assert seq.ids[: len(episode.calls[-1].prompt_ids)] == episode.calls[-1].prompt_ids
     masked_text = tool_policy.decode([t for t, m in zip(seq.ids, seq.loss_mask) if not m])
-    assert "sunny in" in masked_text and WEATHER_TOOLS[0]["function"]["name"] in masked_text  # tool output, tools: no loss
+    assert (
+        "sunny in" in masked_text and WEATHER_TOOLS[0]["function"]["name"] in masked_text
+    )  # tool output, tools: no loss

@@ -22,7 +22,9 @@ def write_demos(path, n: int = 48) -> None:
     with open(path, "w") as f:
         for i in range(n):
             word = WORDS[i % len(WORDS)]
-            episode = demonstration(tok, [{"role": "user", "content": f"Repeat: {word}"}], word, task=Task(id=f"demo-{i}"))
+            episode = demonstration(
+                tok, [{"role": "user", "content": f"Repeat: {word}"}], word, task=Task(id=f"demo-{i}")
+            )
             f.write(episode.to_json() + "\n")
 
 
@@ -61,7 +63,9 @@ def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):
     write_demos(tmp_path / "demos.jsonl", n=64)
     args = ["--data", str(tmp_path / "demos.jsonl"), "--epochs", "4", "--batch-episodes", "4", "--save-every", "5"]
     command = [sys.executable, "-m", "harnessrl", "sft", *args]
-    straight = subprocess.run([*command, "--out", str(tmp_path / "straight")], capture_output=True, text=True, timeout=600)
+    straight = subprocess.run(
+        [*command, "--out", str(tmp_path / "straight")], capture_output=True, text=True, timeout=600
+    )
     assert straight.returncode == 0, straight.stderr
 
     run = tmp_path / "killed"
@@ -80,7 +84,9 @@ def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):
     final = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     reference = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
     assert [m["loss/sft"] for m in final] == pytest.approx([m["loss/sft"] for m in reference], abs=1e-6)
-    assert AutoModelForCausalLM.from_pretrained(run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip())
+    assert AutoModelForCausalLM.from_pretrained(
+        run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    )
     assert AutoModelForCausalLM.from_pretrained(run / "model")
 
 

@@ -35,11 +35,15 @@ def _mean_logp(model, episodes) -> float:
 
 def test_an_on_policy_update_has_unit_ratios_moves_toward_the_advantage_and_logs(fresh_policy, tmp_path):
     groups = sampled_groups(fresh_policy)
-    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=fresh_policy)
+    trainer = Trainer(
+        fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=fresh_policy
+    )
     before = {id(e): e for g in groups for e in g}
     metrics = trainer.rl_step(groups)
     assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4) and metrics["policy/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4) and metrics["policy/ratio_max"] == pytest.approx(
+        1.0, abs=1e-4
+    )
     assert metrics["policy/logprob_gap"] < 1e-4 and metrics["policy/clip_frac_high"] == 0.0
     assert metrics["policy/staleness"] == 0.0
     assert fresh_policy.version == 1 and metrics["policy_version"] == 1 and metrics["step"] == 1
@@ -84,7 +88,9 @@ def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):
     results = []
     for budget in (100_000, 16):  # one micro-batch vs one sequence per micro-batch
         for aggregation in ("token", "sequence"):
-            trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(token_budget=budget, aggregation=aggregation))
+            trainer = Trainer(
+                fresh_policy.model, fresh_policy.tokenizer, TrainConfig(token_budget=budget, aggregation=aggregation)
+            )
             m = trainer.rl_step(groups)
             results.append((budget, aggregation, m["loss/policy"], m["optim/grad_norm"], m["perf/micro_batches"]))
     one_token, one_seq, many_token, many_seq = results
@@ -102,12 +108,19 @@ def test_the_update_equals_the_loss_of_every_whole_sequence_forwarded_alone(fres
     model = copy.deepcopy(trainer.model)
     metrics = trainer.rl_step(groups)
     # the unoptimised computation: no shared prompts, no trimmed positions, one sequence at a time
-    seqs = [s for g in groups for e, adv in zip(g, group_advantages([e.reward.total for e in g], "grpo")) for s in episode_sequences(e, adv)]
+    seqs = [
+        s
+        for g in groups
+        for e, adv in zip(g, group_advantages([e.reward.total for e in g], "grpo"))
+        for s in episode_sequences(e, adv)
+    ]
     tokens, loss = sum(s.loss_tokens for s in seqs), torch.zeros(())
     for s in seqs:
         ids = torch.tensor([s.ids])
         logp, _ = token_logprobs(model(input_ids=ids).logits, ids)
-        per_token, _ = ppo_clip_loss(logp, torch.tensor([s.sampled_logprobs[1:]]), torch.tensor([[s.advantage]]), 0.2, 0.28, 3.0)
+        per_token, _ = ppo_clip_loss(
+            logp, torch.tensor([s.sampled_logprobs[1:]]), torch.tensor([[s.advantage]]), 0.2, 0.28, 3.0
+        )
         loss = loss + aggregate(per_token, torch.tensor([s.loss_mask[1:]]).float(), "token", len(seqs), tokens)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), math.inf)
@@ -117,7 +130,9 @@ def test_the_update_equals_the_loss_of_every_whole_sequence_forwarded_alone(fres
 
 
 def test_decoupled_cispo_with_kl_starts_at_unit_weights_and_zero_kl(fresh_policy):
-    config = TrainConfig(loss="cispo", off_policy="decoupled", kl="k3", kl_coef=0.1, advantage="rloo", aggregation="constant")
+    config = TrainConfig(
+        loss="cispo", off_policy="decoupled", kl="k3", kl_coef=0.1, advantage="rloo", aggregation="constant"
+    )
     metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer, config).rl_step(sampled_groups(fresh_policy))
     assert metrics["policy/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["policy/kl"] == pytest.approx(0.0, abs=1e-6)
@@ -125,13 +140,17 @@ def test_decoupled_cispo_with_kl_starts_at_unit_weights_and_zero_kl(fresh_policy
 
 
 def test_lora_trains_adapters_pushes_merged_weights_and_saves_a_plain_folder(fresh_policy, tmp_path):
-    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-2, lora=LoraConfig(r=4)), policy=fresh_policy)
+    trainer = Trainer(
+        fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-2, lora=LoraConfig(r=4)), policy=fresh_policy
+    )
     assert all("lora_" in n for n, p in trainer.model.named_parameters() if p.requires_grad)
     before = {k: v.clone() for k, v in fresh_policy.model.state_dict().items()}
     trainer.rl_step(sampled_groups(fresh_policy))
     after = fresh_policy.model.state_dict()
     assert fresh_policy.version == 1 and set(after) == set(before)
-    assert not torch.equal(after["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        after["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"]
+    )
     path = trainer.save(tmp_path / "checkpoints")
     loaded = AutoModelForCausalLM.from_pretrained(path)
     ids = torch.tensor([[1, 5, 9, 42]])

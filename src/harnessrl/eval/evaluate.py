@@ -58,31 +58,19 @@ class EvalRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     env: str = Field(description="an environment of ENVS")
     split: Literal["train", "test"] = "test"
-    checkpoint: str = Field(
-        description="model folder, run folder, checkpoints/ folder, or 'tiny-base'"
-    )
+    checkpoint: str = Field(description="model folder, run folder, checkpoints/ folder, or 'tiny-base'")
     repeats: int = Field(default=1, ge=1, description="episodes per task")
-    temperature: float = Field(
-        default=1.0, ge=0, description="sampling temperature; 0 = greedy"
-    )
+    temperature: float = Field(default=1.0, ge=0, description="sampling temperature; 0 = greedy")
     concurrency: int = Field(default=32, ge=1, description="episodes in flight at once")
     seed: int = 0
-    corpus: Path | None = Field(
-        default=None, description="corpus JSONL; overrides the job config's"
-    )
-    tasks: Path | None = Field(
-        default=None, description="tasks JSONL; overrides the job config's"
-    )
-    job: JobConfig = Field(
-        default_factory=JobConfig, description="agent settings, data, rollout timeout"
-    )
+    corpus: Path | None = Field(default=None, description="corpus JSONL; overrides the job config's")
+    tasks: Path | None = Field(default=None, description="tasks JSONL; overrides the job config's")
+    job: JobConfig = Field(default_factory=JobConfig, description="agent settings, data, rollout timeout")
 
     @model_validator(mode="after")
     def _known(self) -> EvalRequest:
         if self.env not in ENVS:
-            raise ValueError(
-                f"--env {self.env!r}: unknown; known: {', '.join(sorted(ENVS))}"
-            )
+            raise ValueError(f"--env {self.env!r}: unknown; known: {', '.join(sorted(ENVS))}")
         if (self.corpus is None) != (self.tasks is None):
             raise ValueError("--corpus and --tasks go together")
         return self
@@ -108,9 +96,7 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
 
     data, a = request.job.data, request.job.agent
     corpus, tasks = request.corpus or data.corpus, request.tasks or data.tasks
-    docs, items = (
-        load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed)
-    )
+    docs, items = load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed)
     index = SearchIndex(docs, workdir / "index")
     agent = SearchAgent(
         index,
@@ -138,9 +124,7 @@ def resolve_checkpoint(checkpoint: str) -> str:
         return checkpoint
     path = Path(checkpoint)
     if not path.is_dir():
-        raise CheckpointError(
-            f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')"
-        )
+        raise CheckpointError(f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')")
     candidates = [path, path / "model", _latest(path), _latest(path / "checkpoints")]
     for candidate in candidates:
         if candidate is not None and (candidate / "config.json").is_file():
@@ -194,9 +178,7 @@ def tool_errors(calls: list[Call], decode: Callable[[list[int]], str]) -> int:
             count += _errors(decode(added))
         elif call.agent in last:
             prev = calls[last[call.agent]]
-            seen = _errors(decode(prev.prompt_ids)) + _errors(
-                decode(prev.completion_ids)
-            )
+            seen = _errors(decode(prev.prompt_ids)) + _errors(decode(prev.completion_ids))
             count += max(0, _errors(decode(call.prompt_ids)) - seen)
         last[call.agent] = i
     return count
@@ -206,9 +188,7 @@ def _errors(text: str) -> int:
     return len(_ERROR_LINE.findall(text))
 
 
-def episode_metrics(
-    episode: Episode, decode: Callable[[list[int]], str]
-) -> dict[str, float]:
+def episode_metrics(episode: Episode, decode: Callable[[list[int]], str]) -> dict[str, float]:
     """Every metric of one episode but latency (which only the runner can time)."""
     calls, reward = episode.calls, episode.reward
     terms = reward.terms if reward else {}
@@ -256,10 +236,7 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     names = fixed + sorted(n for n in names if n.startswith("reward/"))
     out = {}
     for name in names:
-        per_task = [
-            float(np.mean([e.metrics.get(name, 0.0) for e in group]))
-            for group in by_task.values()
-        ]
+        per_task = [float(np.mean([e.metrics.get(name, 0.0) for e in group])) for group in by_task.values()]
         low, high = bootstrap_ci(per_task)
         out[name] = {"mean": float(np.mean(per_task)), "low": low, "high": high}
     return out
@@ -268,9 +245,7 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
 # ---- the run ----------------------------------------------------------------------------------
 
 
-async def run_episodes(
-    gateway: GatewayClient, env: EvalEnv, repeats: int, rollout: RolloutConfig
-) -> list[Episode]:
+async def run_episodes(gateway: GatewayClient, env: EvalEnv, repeats: int, rollout: RolloutConfig) -> list[Episode]:
     """`repeats` episodes of every task, `rollout.concurrency` in flight, scored per task at the end
     of the reward's schedules; each episode's wall seconds in `metrics["latency_seconds"]`."""
     engine = RolloutEngine(gateway, env.harness, env.reward, rollout)
@@ -284,9 +259,7 @@ async def run_episodes(
         episode.metrics["latency_seconds"] = time.perf_counter() - started
         return episode
 
-    groups = await asyncio.gather(
-        *(asyncio.gather(*(timed(t) for _ in range(repeats))) for t in env.tasks)
-    )
+    groups = await asyncio.gather(*(asyncio.gather(*(timed(t) for _ in range(repeats))) for t in env.tasks))
     for group in groups:  # as in training: a failed episode scores failure_reward
         await engine.score(group, SCHEDULE_END)
     return [e for group in groups for e in group]
@@ -305,9 +278,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         raise ValueError(f"--env {request.env}: the {request.split} split has no tasks")
     torch.manual_seed(request.seed)
     policy = Policy.load(model, seed=request.seed)
-    rollout = request.job.rl.rollout.model_copy(
-        update={"concurrency": request.concurrency}
-    )
+    rollout = request.job.rl.rollout.model_copy(update={"concurrency": request.concurrency})
     started = time.perf_counter()
     try:
         episodes = asyncio.run(_run(policy, env, request.repeats, rollout))
@@ -334,9 +305,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
     return report
 
 
-async def _run(
-    policy, env: EvalEnv, repeats: int, rollout: RolloutConfig
-) -> list[Episode]:
+async def _run(policy, env: EvalEnv, repeats: int, rollout: RolloutConfig) -> list[Episode]:
     gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
     try:
         return await run_episodes(gateway, env, repeats, rollout)
@@ -361,7 +330,5 @@ def markdown(report: dict) -> str:
         "|---|---:|---|",
     ]
     for name, m in r["metrics"].items():
-        lines.append(
-            f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |"
-        )
+        lines.append(f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |")
     return "\n".join(lines) + "\n"

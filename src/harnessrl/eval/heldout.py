@@ -11,12 +11,16 @@ from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Episode, Task
 
 
-async def evaluate(gateway: GatewayClient, harness: Harness, tasks: list[Task], concurrency: int = 32, timeout: float = 300.0) -> tuple[float, list[Episode]]:
+async def evaluate(
+    gateway: GatewayClient, harness: Harness, tasks: list[Task], concurrency: int = 32, timeout: float = 300.0
+) -> tuple[float, list[Episode]]:
     """(success rate, episodes); an episode that fails (raises, times out) counts as unsuccessful.
 
     Episodes run exactly as in training (the rollout engine's `episode`), one per task, unscored.
     """
-    engine = RolloutEngine(gateway, harness, Reward([]), RolloutConfig(concurrency=concurrency, episode_timeout=timeout))
+    engine = RolloutEngine(
+        gateway, harness, Reward([]), RolloutConfig(concurrency=concurrency, episode_timeout=timeout)
+    )
     episodes = list(await asyncio.gather(*(engine.episode(t) for t in tasks)))
     wins = sum(bool(e.outcome and e.outcome.success) for e in episodes)
     return wins / max(1, len(episodes)), episodes

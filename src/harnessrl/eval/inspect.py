@@ -53,13 +53,9 @@ def load_episode(
             )
         return episodes[index]
     if run is None:
-        raise EpisodeNotFound(
-            f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)"
-        )
+        raise EpisodeNotFound(f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)")
     if index is not None or episode_id is not None:
-        raise EpisodeNotFound(
-            "--index and --id pick from a JSONL file; with --run, EPISODE is the id"
-        )
+        raise EpisodeNotFound("--index and --id pick from a JSONL file; with --run, EPISODE is the id")
     return _find_in_run(run, source)
 
 
@@ -79,9 +75,7 @@ def _find_in_run(run: Path, episode_id: str) -> Episode:
                 except ValueError as exc:  # JSONDecodeError, ValidationError
                     raise TraceLineError(f"{path}: line {number}: {exc}") from None
     names = ", ".join(p.name for p in files) or "none"
-    raise EpisodeNotFound(
-        f"{run}: no episode with id {episode_id} in its *.jsonl files ({names})"
-    )
+    raise EpisodeNotFound(f"{run}: no episode with id {episode_id} in its *.jsonl files ({names})")
 
 
 def load_tokenizer(model: str):
@@ -95,13 +89,8 @@ def load_tokenizer(model: str):
     if model == "tiny":
         return build_tokenizer()
     path = TINY_BASE if model == "tiny-base" else Path(model)
-    if (
-        not (path / "tokenizer_config.json").is_file()
-        and not (path / "tokenizer.json").is_file()
-    ):
-        raise PolicyLoadError(
-            f"--model {model}: not 'tiny', 'tiny-base' or a folder with a tokenizer"
-        )
+    if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
+        raise PolicyLoadError(f"--model {model}: not 'tiny', 'tiny-base' or a folder with a tokenizer")
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -123,9 +112,7 @@ def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None
     return masks, sequence_of
 
 
-def render(
-    episode: Episode, tokenizer, console: Console, logprobs: bool = False
-) -> None:
+def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False) -> None:
     """Print the episode; `logprobs` adds a line per completion token (position, mask, logprob, p)."""
     masks, sequence_of = completion_masks(episode)
     main = episode.calls[0].agent if episode.calls else "main"
@@ -173,8 +160,7 @@ def render(
         mean = sum(call.sampled_logprobs) / max(1, len(call.sampled_logprobs))
         console.print(
             Text(
-                f"completion: {len(pieces)} tokens, {sum(mask)} trained, "
-                f"mean logprob {mean:.3f}",
+                f"completion: {len(pieces)} tokens, {sum(mask)} trained, mean logprob {mean:.3f}",
                 style="italic",
             )
         )
@@ -195,9 +181,7 @@ def _header(index: int, call: Call, sequence: int | None, sub_agent: bool) -> Te
     ]
     if call.tool_call_error:
         fields.append(f"tool_call_error: {call.tool_call_error}")
-    return Text(
-        "\n── " + " · ".join(fields), style="bold magenta" if sub_agent else "bold cyan"
-    )
+    return Text("\n── " + " · ".join(fields), style="bold magenta" if sub_agent else "bold cyan")
 
 
 def _completion(pieces: list[str], mask: list[int], logprobs: list[float]) -> Text:
@@ -206,9 +190,7 @@ def _completion(pieces: list[str], mask: list[int], logprobs: list[float]) -> Te
     for i, (piece, bit, logprob) in enumerate(zip(pieces, mask, logprobs)):
         colour = (TRAINED if bit else NOT_TRAINED)[i % 2]
         surprise = math.exp(logprob) < SURPRISE
-        text.append(
-            _visible(piece), style=f"{colour} underline" if surprise else colour
-        )
+        text.append(_visible(piece), style=f"{colour} underline" if surprise else colour)
     return text
 
 
@@ -232,10 +214,7 @@ def _extended_head(episode: Episode, call: Call) -> int:
 
 def _visible(piece: str) -> str:
     """Control characters (other than newline and tab) as \\xNN, so the terminal shows rather than obeys them."""
-    return "".join(
-        f"\\x{ord(c):02x}" if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127 else c
-        for c in piece
-    )
+    return "".join(f"\\x{ord(c):02x}" if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127 else c for c in piece)
 
 
 def _pieces(tokenizer, ids: list[int]) -> list[str]:

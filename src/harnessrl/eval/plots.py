@@ -27,22 +27,13 @@ def _pyplot():
 
 def reward_keys(rows: list[dict]) -> list[str]:
     """reward/mean and every reward/<term> the rows carry (not the batch std and max)."""
-    keys = {
-        k
-        for r in rows
-        for k in r
-        if k.startswith("reward/") and k not in ("reward/std", "reward/max")
-    }
+    keys = {k for r in rows for k in r if k.startswith("reward/") and k not in ("reward/std", "reward/max")}
     return sorted(keys, key=lambda k: (k != "reward/mean", k))
 
 
 def plot_rewards(metrics: Path, out: Path) -> None:
     """reward/mean and every reward/<term> over RL updates."""
-    rows = [
-        json.loads(line)
-        for line in metrics.read_text().splitlines()
-        if '"reward/mean"' in line
-    ]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if '"reward/mean"' in line]
     if rows:
         plot_curves(
             {"": rows},
@@ -74,11 +65,7 @@ def plot_curves(
     values = []
     for r, (label, rows) in enumerate(runs.items()):
         for key in keys:
-            points = [
-                (x, row[key])
-                for x, row in enumerate(rows, start=1)
-                if not math.isnan(_number(row.get(key)))
-            ]
+            points = [(x, row[key]) for x, row in enumerate(rows, start=1) if not math.isnan(_number(row.get(key)))]
             if not points:
                 continue
             xs, ys = zip(*points)
@@ -112,14 +99,8 @@ def plot_heldout(summary: dict, out: Path) -> None:
 def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
     """The same bars for several runs side by side; a missing key leaves its bar out."""
     plt = _pyplot()
-    groups = [
-        g for g in HELDOUT if any(k in s for s in summaries.values() for k in g[1:])
-    ]
-    bars = [
-        (label, when, index)
-        for label in summaries
-        for when, index in (("before RL", 1), ("after RL", 2))
-    ]
+    groups = [g for g in HELDOUT if any(k in s for s in summaries.values() for k in g[1:])]
+    bars = [(label, when, index) for label in summaries for when, index in (("before RL", 1), ("after RL", 2))]
     width = 0.8 / len(bars)
     figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1), 3.5))
     for b, (label, when, index) in enumerate(bars):
@@ -133,11 +114,7 @@ def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
 
 
 def _number(value) -> float:
-    return (
-        float(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-        else math.nan
-    )
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def _save(plt, figure, out: Path) -> None:

@@ -103,12 +103,8 @@ def load_run(folder: Path, label: str) -> Run:
     metrics = folder / "metrics.jsonl"
     sft = folder / "sft" / "metrics.jsonl"  # the main job's SFT phase logs apart
     if not metrics.is_file() and not sft.is_file():
-        raise ReportError(
-            f"{metrics}: missing; a run folder holds one line per trainer update"
-        )
-    rows = [
-        row for path in (metrics, sft) if path.is_file() for row in read_metrics(path)
-    ]
+        raise ReportError(f"{metrics}: missing; a run folder holds one line per trainer update")
+    rows = [row for path in (metrics, sft) if path.is_file() for row in read_metrics(path)]
     run = Run(folder, label)
     for row in rows:  # rl_step always logs rollout/groups; sft_step never does
         rl = "rollout/groups" in row or "loss/policy" in row
@@ -118,9 +114,7 @@ def load_run(folder: Path, label: str) -> Run:
         try:
             run.summary = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ReportError(
-                f"{path}: line {exc.lineno}: not JSON ({exc.msg})"
-            ) from None
+            raise ReportError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
         if not isinstance(run.summary, dict):
             raise ReportError(f"{path}: not a JSON object")
     return run
@@ -150,9 +144,7 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
         )
     for panel in PANELS:
         rows = {r.label if named else "": getattr(r, panel.phase) for r in runs}
-        keys = panel.pick(
-            {k for phase_rows in rows.values() for row in phase_rows for k in row}
-        )
+        keys = panel.pick({k for phase_rows in rows.values() for row in phase_rows for k in row})
         if not keys:
             missing.append(panel)
             continue
@@ -194,12 +186,9 @@ def _page(
     parts.append(f"<h1>{esc(title)}</h1>")
     if len(runs) > 1:
         styles = ", ".join(
-            f"{esc(r.label)}: <code>{RUN_STYLES[i % len(RUN_STYLES)]}</code>"
-            for i, r in enumerate(runs)
+            f"{esc(r.label)}: <code>{RUN_STYLES[i % len(RUN_STYLES)]}</code>" for i, r in enumerate(runs)
         )
-        parts.append(
-            f"<p class=note>Curves of both runs share each plot; line styles: {styles}.</p>"
-        )
+        parts.append(f"<p class=note>Curves of both runs share each plot; line styles: {styles}.</p>")
     parts.append("<h2>Summary</h2>" + _table(runs))
     for r in runs:
         if r.summary is None:
@@ -215,10 +204,7 @@ def _page(
             f'<figure><img src="{src}" alt="{esc(caption)}"><figcaption>{esc(caption)} ({esc(keys)})</figcaption></figure>'
         )
     if missing:
-        items = "".join(
-            f"<li>{esc(p.title)} (<code>{esc(p.describe())}</code>)</li>"
-            for p in missing
-        )
+        items = "".join(f"<li>{esc(p.title)} (<code>{esc(p.describe())}</code>)</li>" for p in missing)
         parts.append(
             f"<h2>Not in metrics.jsonl</h2><p class=note>No run logged these keys, so they are not plotted:</p><ul>{items}</ul>"
         )
@@ -230,28 +216,17 @@ def _table(runs: list[Run]) -> str:
     rows: dict[str, list[Any]] = {
         "RL updates": [len(r.rl) for r in runs],
         "SFT updates": [len(r.sft) for r in runs],
-        "skipped updates": [
-            sum(int(row.get("perf/skipped_update", 0)) for row in r.rl + r.sft)
-            for r in runs
-        ],
-        "reward/mean, first update": [
-            _first_last(r.rl, "reward/mean")[0] for r in runs
-        ],
+        "skipped updates": [sum(int(row.get("perf/skipped_update", 0)) for row in r.rl + r.sft) for r in runs],
+        "reward/mean, first update": [_first_last(r.rl, "reward/mean")[0] for r in runs],
         "reward/mean, last update": [_first_last(r.rl, "reward/mean")[1] for r in runs],
     }
     flat = [_flat(r.summary or {}) for r in runs]
     for numbers in flat:
         for key in numbers:
             rows.setdefault(key, [f.get(key) for f in flat])
-    head = (
-        "<tr><th></th>"
-        + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
-        + "</tr>"
-    )
+    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r.label)}</th>" for r in runs) + "</tr>"
     body = "".join(
-        f"<tr><td>{html.escape(k)}</td>"
-        + "".join(f"<td>{_cell(v)}</td>" for v in vs)
-        + "</tr>"
+        f"<tr><td>{html.escape(k)}</td>" + "".join(f"<td>{_cell(v)}</td>" for v in vs) + "</tr>"
         for k, vs in rows.items()
     )
     return f"<table>{head}{body}</table>"

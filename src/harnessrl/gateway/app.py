@@ -22,7 +22,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
 from harnessrl.gateway.prompts import Turn, build_prompt
-from harnessrl.gateway.schema import ChatRequest, Demonstration, EpisodeCreate, EpisodeFinish, FunctionCall, Message, NamedToolChoice, ToolCall
+from harnessrl.gateway.schema import (
+    ChatRequest,
+    Demonstration,
+    EpisodeCreate,
+    EpisodeFinish,
+    FunctionCall,
+    Message,
+    NamedToolChoice,
+    ToolCall,
+)
 from harnessrl.gateway.toolcalls import OPEN, parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
@@ -104,7 +113,10 @@ def create_app(
 
     @app.get("/v1/models")
     async def models(_: Caller = Depends(caller)) -> dict:
-        return {"object": "list", "data": [{"id": policy.name, "object": "model", "created": 0, "owned_by": "harnessrl"}]}
+        return {
+            "object": "list",
+            "data": [{"id": policy.name, "object": "model", "created": 0, "owned_by": "harnessrl"}],
+        }
 
     @app.post("/v1/episodes")
     async def create_episode(body: EpisodeCreate | None = Body(default=None), _: Caller = Depends(admin)) -> dict:
@@ -155,7 +167,11 @@ def create_app(
             finish_reason="tool_calls" if body.reply.tool_calls else "stop",
         ))  # fmt: skip
         record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity()))
-        return {"call": len(record.episode.calls) - 1, "prompt_tokens": len(prompt.ids), "completion_tokens": len(completion)}
+        return {
+            "call": len(record.episode.calls) - 1,
+            "prompt_tokens": len(prompt.ids),
+            "completion_tokens": len(completion),
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> JSONResponse:
@@ -171,8 +187,10 @@ def create_app(
         room = policy.context - len(prompt_ids)
         if room < 1:
             raise APIError(
-                400, f"messages: the prompt has {len(prompt_ids)} tokens; the model's context is {policy.context}",
-                param="messages", code="context_length_exceeded",
+                400,
+                f"messages: the prompt has {len(prompt_ids)} tokens; the model's context is {policy.context}",
+                param="messages",
+                code="context_length_exceeded",
             )
         params = SamplingParams(
             temperature=body.temperature,
@@ -220,7 +238,9 @@ def create_app(
     return app
 
 
-def _rendered_reply(policy: Policy, head: str, messages: list[Message], reply: Message, tools: list[dict] | None) -> list[int]:
+def _rendered_reply(
+    policy: Policy, head: str, messages: list[Message], reply: Message, tools: list[dict] | None
+) -> list[int]:
     """The ids of an assistant turn as the chat template renders it, through its end-of-turn token."""
     full = policy.render([m.for_template() for m in messages] + [reply.for_template()], tools, generation_prompt=False)
     eos = policy.tokenizer.eos_token or ""
@@ -241,7 +261,9 @@ def _caller_metadata(body: ChatRequest, record: EpisodeRecord | None) -> tuple[s
     return agent, trainable
 
 
-def _assistant_message(policy: Policy, completion: Completion, forced: str, body: ChatRequest) -> tuple[Message, str, str | None]:
+def _assistant_message(
+    policy: Policy, completion: Completion, forced: str, body: ChatRequest
+) -> tuple[Message, str, str | None]:
     """The OpenAI assistant message for a completion, its finish_reason, and any tool-call error."""
     text = policy.decode(completion.ids, skip_special=True)
     if completion.stop_text and (cut := text.find(completion.stop_text)) >= 0:
@@ -257,7 +279,9 @@ def _assistant_message(policy: Policy, completion: Completion, forced: str, body
             error = f"tool_choice asked for one call to {wanted!r}"
     if error or not parsed.calls:
         return Message(role="assistant", content=text), completion.finish_reason, error
-    calls = [ToolCall(id="call_" + secrets.token_hex(8), function=FunctionCall(name=n, arguments=a)) for n, a in parsed.calls]
+    calls = [
+        ToolCall(id="call_" + secrets.token_hex(8), function=FunctionCall(name=n, arguments=a)) for n, a in parsed.calls
+    ]
     return Message(role="assistant", content=parsed.content, tool_calls=calls), "tool_calls", None
 
 
@@ -273,7 +297,13 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
     if with_logprobs is not None:
         out["logprobs"] = {
             "content": [
-                {"token": (t := policy.decode([i])), "logprob": lp, "bytes": list(t.encode()), "top_logprobs": [], "id": i}
+                {
+                    "token": (t := policy.decode([i])),
+                    "logprob": lp,
+                    "bytes": list(t.encode()),
+                    "top_logprobs": [],
+                    "id": i,
+                }
                 for i, lp in zip(with_logprobs.ids, with_logprobs.logprobs)
             ]
         }

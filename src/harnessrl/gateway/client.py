@@ -49,9 +49,13 @@ class GatewayClient:
         """
         if self._agent_http is None:
             self._agent_http = openai.DefaultAsyncHttpxClient(transport=self._transport, timeout=self._timeout)
-        return openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url + "/v1", http_client=self._agent_http, max_retries=0)
+        return openai.AsyncOpenAI(
+            api_key=api_key, base_url=self.base_url + "/v1", http_client=self._agent_http, max_retries=0
+        )
 
-    async def create_episode(self, task: Task | None = None, agent: str = "main", trainable: bool = True) -> tuple[str, str]:
+    async def create_episode(
+        self, task: Task | None = None, agent: str = "main", trainable: bool = True
+    ) -> tuple[str, str]:
         """Returns (episode id, episode API key)."""
         body = {"task": (task or Task()).model_dump(mode="json"), "agent": agent, "trainable": trainable}
         data = await self._request("POST", "/v1/episodes", json=body)
@@ -60,7 +64,9 @@ class GatewayClient:
     async def episode(self, episode_id: str) -> Episode:
         return Episode.model_validate(await self._request("GET", f"/v1/episodes/{episode_id}"))
 
-    async def finish(self, episode_id: str, outcome: Outcome | None = None, failure_reason: str | None = None) -> Episode:
+    async def finish(
+        self, episode_id: str, outcome: Outcome | None = None, failure_reason: str | None = None
+    ) -> Episode:
         body = {
             "outcome": (outcome or Outcome()).model_dump(mode="json"),
             "status": "failed" if failure_reason else "finished",

@@ -45,7 +45,9 @@ class Prompt:
     identities: list[tuple] = field(default_factory=list)
 
 
-def build_prompt(policy: Policy, messages: list[Message], tools: list[dict] | None, calls: list[Call], turns: list[Turn]) -> Prompt:
+def build_prompt(
+    policy: Policy, messages: list[Message], tools: list[dict] | None, calls: list[Call], turns: list[Turn]
+) -> Prompt:
     dicts = [m.for_template() for m in messages]
     text = policy.render(dicts, tools, generation_prompt=True)
     prompt = Prompt([], text, None, json.dumps(tools, sort_keys=True), [m.identity() for m in messages])

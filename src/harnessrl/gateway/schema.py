@@ -112,7 +112,9 @@ class ChatRequest(_Strict):
     logprobs: bool = False
     top_logprobs: Literal[0] | None = None
     ignore_eos: bool = Field(default=False, description="extension (as vLLM): sample until max_tokens")
-    metadata: dict[str, str] | None = Field(default=None, description="`agent` names the caller; `trainable`: 'false' freezes it")
+    metadata: dict[str, str] | None = Field(
+        default=None, description="`agent` names the caller; `trainable`: 'false' freezes it"
+    )
     stream: Literal[False] = False
     frequency_penalty: Literal[0] | None = None
     presence_penalty: Literal[0] | None = None

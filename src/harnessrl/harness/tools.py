@@ -27,7 +27,10 @@ def tool_schema(fn: Callable) -> dict[str, Any]:
         if name in described:
             prop["description"] = described[name]
     parameters.pop("additionalProperties", None)
-    return {"type": "function", "function": {"name": fn.__name__, "description": doc.split("\n\n")[0].strip(), "parameters": parameters}}
+    return {
+        "type": "function",
+        "function": {"name": fn.__name__, "description": doc.split("\n\n")[0].strip(), "parameters": parameters},
+    }
 
 
 def _arg_docs(doc: str) -> dict[str, str]:
@@ -35,7 +38,10 @@ def _arg_docs(doc: str) -> dict[str, str]:
     section = re.search(r"^\s*Args:\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
     if not section:
         return {}
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", section.group(1), re.M)}
+    return {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(r"^\s*(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", section.group(1), re.M)
+    }
 
 
 class Toolbox:

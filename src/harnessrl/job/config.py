@@ -42,7 +42,9 @@ class RLConfig(_Strict):
     updates: int = Field(default=28, ge=0)
     save_every: int = Field(default=5, ge=1, description="checkpoint every N updates (and at the end)")
     # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
-    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0))
+    rollout: RolloutConfig = Field(
+        default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)
+    )
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4, schedule="constant", bf16=True))
 
 
@@ -54,8 +56,13 @@ class JobConfig(_Strict):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
-    eval_repeats: int = Field(default=4, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once")
-    loggers: Loggers = Field(default_factory=list, description="also log metrics to tensorboard (RUN/tensorboard) and/or wandb (offline, RUN/wandb)")
+    eval_repeats: int = Field(
+        default=4, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
+    )
+    loggers: Loggers = Field(
+        default_factory=list,
+        description="also log metrics to tensorboard (RUN/tensorboard) and/or wandb (offline, RUN/wandb)",
+    )
 
     @classmethod
     def load(cls, path: Path | None) -> JobConfig:

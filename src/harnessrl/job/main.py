@@ -73,7 +73,9 @@ class _Job:
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
         greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
         reward = context1_reward()
-        self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started  # corpus, index, model: every start
+        self.seconds["setup"] = (
+            self.seconds.get("setup", 0.0) + time.perf_counter() - started
+        )  # corpus, index, model: every start
         try:
             if config.sft.steps:
                 demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
@@ -123,8 +125,17 @@ class _Job:
 
     async def _sft(self, demos: list[Episode]) -> None:
         cfg = self.config.sft
-        train_cfg = TrainConfig(lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10), bf16=cfg.bf16)
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, train_cfg, run_dir=self.out / "sft", policy=self.policy, loggers=self.config.loggers)
+        train_cfg = TrainConfig(
+            lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10), bf16=cfg.bf16
+        )
+        trainer = Trainer(
+            self.policy.model,
+            self.policy.tokenizer,
+            train_cfg,
+            run_dir=self.out / "sft",
+            policy=self.policy,
+            loggers=self.config.loggers,
+        )
         checkpoints = self.out / "sft" / "checkpoints"
         if (latest := latest_checkpoint(checkpoints)) is not None:
             trainer.resume(latest)
@@ -132,7 +143,9 @@ class _Job:
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")
             while trainer.step < cfg.steps:
-                metrics = await asyncio.to_thread(trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos))))
+                metrics = await asyncio.to_thread(
+                    trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
+                )
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
                     trainer.save(checkpoints)
@@ -146,13 +159,26 @@ class _Job:
         greedy_success, greedy_episodes = await evaluate(self.gateway, greedy, test)
         _dump(self.out / f"{name}.jsonl", episodes)
         _dump(self.out / f"{name}_greedy.jsonl", greedy_episodes)
-        result = {"sampled": sampled, "greedy": greedy_success, "tasks": len(test), "sampled_repeats": repeats, "policy_version": self.policy.version}
+        result = {
+            "sampled": sampled,
+            "greedy": greedy_success,
+            "tasks": len(test),
+            "sampled_repeats": repeats,
+            "policy_version": self.policy.version,
+        }
         path.write_text(json.dumps(result, indent=1))
         return result
 
     async def _rl(self, agent: SearchAgent, reward, train) -> None:
         cfg = self.config.rl
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train, run_dir=self.out, policy=self.policy, loggers=self.config.loggers)
+        trainer = Trainer(
+            self.policy.model,
+            self.policy.tokenizer,
+            cfg.train,
+            run_dir=self.out,
+            policy=self.policy,
+            loggers=self.config.loggers,
+        )
         checkpoints = self.out / "checkpoints"
         done = 0  # updates run (an update whose groups all tied leaves trainer.step as it was)
         if (latest := latest_checkpoint(checkpoints)) is not None:
@@ -173,7 +199,14 @@ class _Job:
 
 
 def _bar(label: str, progress: bool) -> Progress:
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress)
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        disable=not progress,
+    )
 
 
 def _dump(path: Path, episodes) -> None:

@@ -188,7 +188,10 @@ class Engine:
         if self._rows:
             total = max(self._mask.shape[1], width)
             kv = [
-                (torch.cat([_left_pad(k0, total), _left_pad(k1, total)]), torch.cat([_left_pad(v0, total), _left_pad(v1, total)]))
+                (
+                    torch.cat([_left_pad(k0, total), _left_pad(k1, total)]),
+                    torch.cat([_left_pad(v0, total), _left_pad(v1, total)]),
+                )
                 for (k0, v0), (k1, v1) in zip(_kv(self._cache), kv)
             ]
             mask = torch.cat([_left_pad(self._mask, total), _left_pad(mask, total)])
@@ -200,7 +203,9 @@ class Engine:
         """Feed every row its last sampled token; sample the next one."""
         self._mask = torch.cat([self._mask, torch.ones(len(self._rows), 1, dtype=torch.long)], dim=1)
         positions = torch.tensor([[len(r.prompt) + len(r.ids) - 1] for r in self._rows])
-        out = self.model(input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=self._cache)
+        out = self.model(
+            input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=self._cache
+        )
         self._last = self._sample(self._rows, out.logits[:, -1])
         self._evict_finished()
 

@@ -19,7 +19,30 @@ from functools import cache
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
 SKILLS = ("copy", "recall", "tool_args", "record_field")
-_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "th", "sh", "gl", "tr"]
+_ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "kr",
+    "st",
+    "th",
+    "sh",
+    "gl",
+    "tr",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ou", "ea"]
 _CODAS = ["", "", "n", "r", "l", "s", "k", "th", "m"]
 
@@ -46,7 +69,9 @@ class Mixture:
 
     def name(self) -> str:
         syllables = self.rng.randint(2, 3)
-        return "".join(self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + self.rng.choice(_CODAS) for _ in range(syllables)).capitalize()
+        return "".join(
+            self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) + self.rng.choice(_CODAS) for _ in range(syllables)
+        ).capitalize()
 
     def word(self) -> str:
         return self.rng.choice(_words())
@@ -73,7 +98,9 @@ class Mixture:
 
     def _copy(self) -> Item:
         span = " ".join(self.rng.choice([self.name, self.word, self.value])() for _ in range(self.rng.randint(2, 8)))
-        ask = self.rng.choice(["Repeat exactly: {s}", "Copy this text: {s}", "Say back the following.\n{s}", "Echo: [{s}]"])
+        ask = self.rng.choice(
+            ["Repeat exactly: {s}", "Copy this text: {s}", "Say back the following.\n{s}", "Echo: [{s}]"]
+        )
         return Item("copy", [{"role": "user", "content": ask.format(s=span)}], span)
 
     def _recall(self) -> Item:
@@ -94,14 +121,20 @@ class Mixture:
     def _tool(self, max_params: int = 3) -> dict:
         params = {}
         while len(params) < self.rng.randint(1, max_params):
-            params[self.rng.choice([self.word(), f"{self.word()}_{self.word()}"])] = self.rng.choice(["string", "integer"])
+            params[self.rng.choice([self.word(), f"{self.word()}_{self.word()}"])] = self.rng.choice(
+                ["string", "integer"]
+            )
         name = self.rng.choice([f"{self.word()}_{self.word()}", f"get_{self.word()}", f"{self.word()}"])
         return {
             "type": "function",
             "function": {
                 "name": name,
                 "description": f"{self.word().capitalize()} {self.word()} {self.word()}.",
-                "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)},
+                "parameters": {
+                    "type": "object",
+                    "properties": {p: {"type": t} for p, t in params.items()},
+                    "required": list(params),
+                },
             },
         }
 
@@ -119,7 +152,13 @@ class Mixture:
         told = ", ".join(f"{p} {v}" for p, v in args.items())
         ask = self.rng.choice(["Use {t} with {a}.", "Please call {t}: {a}.", "I need {t} for {a}.", "Run {t} ({a})."])
         call = {"name": chosen["name"], "arguments": args}
-        return Item("tool_args", [{"role": "user", "content": ask.format(t=chosen["name"], a=told)}], _call_text(call), list(tools.values()), call)
+        return Item(
+            "tool_args",
+            [{"role": "user", "content": ask.format(t=chosen["name"], a=told)}],
+            _call_text(call),
+            list(tools.values()),
+            call,
+        )
 
     def _record_field(self) -> Item:
         fields = []
@@ -127,9 +166,16 @@ class Mixture:
             candidate = self.word()
             if candidate not in fields and candidate not in ("id", "name"):
                 fields.append(candidate)
-        records = [{"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}} for _ in range(self.rng.randint(2, 5))]
+        records = [
+            {"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}}
+            for _ in range(self.rng.randint(2, 5))
+        ]
         target, wanted = self.rng.choice(records), self.rng.choice(fields)
-        lookup = {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"query": target["name"]})}}
+        lookup = {
+            "id": "c0",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": json.dumps({"query": target["name"]})},
+        }
         turns = [
             {"role": "user", "content": f"What is the {wanted} of {target['name']}?"},
             {"role": "assistant", "content": None, "tool_calls": [lookup]},
@@ -157,4 +203,6 @@ def _call_text(call: dict) -> str:
 def render_item(tokenizer, item: Item, with_answer: bool) -> str:
     """The chat text of an item: with the answer (training) or ending at the generation prompt (probing)."""
     messages = item.messages + ([{"role": "assistant", "content": item.answer}] if with_answer else [])
-    return tokenizer.apply_chat_template(messages, tools=item.tools, tokenize=False, add_generation_prompt=not with_answer)
+    return tokenizer.apply_chat_template(
+        messages, tools=item.tools, tokenize=False, add_generation_prompt=not with_answer
+    )

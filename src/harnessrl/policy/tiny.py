@@ -12,10 +12,10 @@ Hermes / Qwen2.5 convention), and `tool` messages are rendered back as their own
 
 from __future__ import annotations
 
-import torch
 from functools import cache
 from importlib.resources import files
 
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 

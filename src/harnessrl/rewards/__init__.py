@@ -7,4 +7,14 @@ from harnessrl.rewards.compose import Reward, Term, TermFailure, weighted
 from harnessrl.rewards.judge import Judge, JudgeConfig
 from harnessrl.rewards.schedules import Schedule, anneal_to_zero, constant
 
-__all__ = ["Judge", "JudgeConfig", "Reward", "Schedule", "Term", "TermFailure", "anneal_to_zero", "constant", "weighted"]
+__all__ = [
+    "Judge",
+    "JudgeConfig",
+    "Reward",
+    "Schedule",
+    "Term",
+    "TermFailure",
+    "anneal_to_zero",
+    "constant",
+    "weighted",
+]

@@ -69,7 +69,9 @@ class Reward:
         """Score one episode with per-episode terms only (no group judges)."""
         if any(t.group or inspect.iscoroutinefunction(t.fn) for t in self.terms):
             raise ValueError("this reward has group or async terms: use `await reward.score_group(...)`")
-        breakdown = self._combine({t.name: float(t.fn(episode, step) if t.with_step else t.fn(episode)) for t in self.terms}, step, None)
+        breakdown = self._combine(
+            {t.name: float(t.fn(episode, step) if t.with_step else t.fn(episode)) for t in self.terms}, step, None
+        )
         episode.reward = breakdown
         return breakdown
 

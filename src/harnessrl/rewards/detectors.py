@@ -30,8 +30,12 @@ _ABSTAIN = re.compile(
     r"|what do you mean|need more (information|details|context))\b",
     re.I,
 )
-_TEST_PATH = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|\.ci/|noxfile\.py$)")
-_EXIT_TRICKS = re.compile(r"(\|\|\s*true\b|exit\s+0\b|sys\.exit\(\s*0?\s*\)|os\._exit\(|pytest\.skip\(|@pytest\.mark\.skip|unittest\.skip|assert\s+True\b)")
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|\.ci/|noxfile\.py$)"
+)
+_EXIT_TRICKS = re.compile(
+    r"(\|\|\s*true\b|exit\s+0\b|sys\.exit\(\s*0?\s*\)|os\._exit\(|pytest\.skip\(|@pytest\.mark\.skip|unittest\.skip|assert\s+True\b)"
+)
 
 
 def malformed_tool_calls(episode: Episode) -> float:
@@ -63,7 +67,9 @@ def repetition(episode: Episode, n: int = 4, threshold: float = 0.5) -> float:
     return max(scores, default=0.0)
 
 
-def answer_stuffing(returned_key: str = "doc_ids", gold_key: str = "gold_doc_ids", floor: float = 0.34) -> Callable[[Episode], float]:
+def answer_stuffing(
+    returned_key: str = "doc_ids", gold_key: str = "gold_doc_ids", floor: float = 0.34
+) -> Callable[[Episode], float]:
     """A detector: 1 - precision / floor when the returned documents' precision is below `floor`."""
 
     def detect(episode: Episode) -> float:
@@ -86,7 +92,9 @@ def effort_cost(x: float, k: float = 1.0, q: float = 0.5) -> float:
     return ((1 + k * x) ** (1 - q) - 1) / (k * (1 - q))
 
 
-def effort_penalty(measure: Literal["turns", "tokens"] = "turns", k: float = 1.0, q: float = 0.5, free: float = 0.0) -> Callable[[Episode], float]:
+def effort_penalty(
+    measure: Literal["turns", "tokens"] = "turns", k: float = 1.0, q: float = 0.5, free: float = 0.0
+) -> Callable[[Episode], float]:
     """A detector: C(x - free) of the episode's turns (calls of trainable agents) or sampled tokens."""
 
     def detect(episode: Episode) -> float:

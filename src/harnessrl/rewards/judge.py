@@ -67,7 +67,10 @@ class Judge:
         self.usage = Usage()
         self._cache: dict[str, list[float]] = {}
         self._client = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=os.environ.get(config.api_key_env, "none"), timeout=config.timeout, max_retries=0
+            base_url=config.base_url,
+            api_key=os.environ.get(config.api_key_env, "none"),
+            timeout=config.timeout,
+            max_retries=0,
         )
 
     async def group(self, episodes: list[Episode]) -> list[float]:
@@ -102,7 +105,12 @@ class Judge:
                 delay *= 2
             try:
                 scores = await self._call(prompt, count)
-            except (openai.APITimeoutError, openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError) as exc:
+            except (
+                openai.APITimeoutError,
+                openai.APIConnectionError,
+                openai.InternalServerError,
+                openai.RateLimitError,
+            ) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             except openai.APIStatusError as exc:  # 4xx: a wrong key, model or URL; retrying cannot help
                 reason = f"{type(exc).__name__}: {exc}"

@@ -44,13 +44,19 @@ class RolloutEngine:
         async with self._slots:
             episode_id, key = await self.gateway.create_episode(task)
             try:
-                outcome = await asyncio.wait_for(self.harness(task, self.gateway.openai(key)), self.config.episode_timeout)
+                outcome = await asyncio.wait_for(
+                    self.harness(task, self.gateway.openai(key)), self.config.episode_timeout
+                )
                 episode = await self.gateway.finish(episode_id, outcome)
             except TimeoutError:
                 self.counts["timeouts"] += 1
-                episode = await self.gateway.finish(episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s")
+                episode = await self.gateway.finish(
+                    episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s"
+                )
             except Exception as exc:  # the harness's bug is a failed episode with its reason
-                episode = await self.gateway.finish(episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
+                episode = await self.gateway.finish(
+                    episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}"
+                )
             finally:
                 await self.gateway.delete(episode_id)
         self.counts["episodes"] += 1
@@ -71,9 +77,18 @@ class RolloutEngine:
         penalty = self.config.failure_reward
         for e in episodes:
             if e.status == "failed":
-                e.reward = RewardBreakdown(total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"])
+                e.reward = RewardBreakdown(
+                    total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"]
+                )
 
-    async def train(self, trainer, tasks: Iterator[Task], updates: int, progress: bool = True, on_update: Callable[[dict], None] | None = None) -> list[dict]:
+    async def train(
+        self,
+        trainer,
+        tasks: Iterator[Task],
+        updates: int,
+        progress: bool = True,
+        on_update: Callable[[dict], None] | None = None,
+    ) -> list[dict]:
         """`updates` trainer updates on groups collected from `tasks` (cycled by the caller).
 
         `on_update(metrics)` runs after each update, in a thread, while rollouts go on (checkpoints).
@@ -104,7 +119,14 @@ class RolloutEngine:
                 await asyncio.gather(*running, return_exceptions=True)
 
         producer = asyncio.create_task(produce()) if cfg.staleness > 0 else None
-        bar = Progress(TextColumn("rl"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress)
+        bar = Progress(
+            TextColumn("rl"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            disable=not progress,
+        )
         with bar:
             job = bar.add_task("updates", total=updates, status="")
             try:
@@ -112,7 +134,9 @@ class RolloutEngine:
                     started = time.perf_counter()
                     batch = await self._batch(queue, trainer, tasks, producer)
                     waited = time.perf_counter() - started
-                    extra = {f"rollout/total_{k}": v for k, v in self.counts.items()} | {"perf/rollout_wait_seconds": waited}
+                    extra = {f"rollout/total_{k}": v for k, v in self.counts.items()} | {
+                        "perf/rollout_wait_seconds": waited
+                    }
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
                     if on_update is not None:
@@ -124,10 +148,14 @@ class RolloutEngine:
                     await asyncio.gather(producer, return_exceptions=True)
         return history
 
-    async def _batch(self, queue: asyncio.Queue, trainer, tasks: Iterator[Task], producer: asyncio.Task | None) -> list[list[Episode]]:
+    async def _batch(
+        self, queue: asyncio.Queue, trainer, tasks: Iterator[Task], producer: asyncio.Task | None
+    ) -> list[list[Episode]]:
         cfg = self.config
         if producer is None:  # synchronous: collect, then train
-            return list(await asyncio.gather(*(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))))
+            return list(
+                await asyncio.gather(*(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update)))
+            )
         batch: list[list[Episode]] = []
         while len(batch) < cfg.groups_per_update:
             getter = asyncio.ensure_future(queue.get())

@@ -21,7 +21,6 @@ from transformers import DynamicCache
 
 from harnessrl.train.sequences import Sequence
 
-
 SHARED_MIN = 0.25  # split off the prefixes only when that saves at least this share of the tokens
 
 
@@ -59,7 +58,10 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
     cuts = [_cut(s) for s in batch]
     heads = [tuple(s.ids[:cut]) for s, cut in zip(batch, cuts)]
     if sum(cuts) - sum(map(len, set(heads))) < SHARED_MIN * sum(map(len, batch)):
-        cuts, heads = [0] * len(batch), [()] * len(batch)  # little is shared (e.g. SFT on distinct tasks): one plain forward
+        cuts, heads = (
+            [0] * len(batch),
+            [()] * len(batch),
+        )  # little is shared (e.g. SFT on distinct tasks): one plain forward
     rows: dict[tuple[int, ...], int] = {}
     prefix_of = [rows.setdefault(head, len(rows)) for head in heads]
     prefixes = list(rows)
@@ -70,9 +72,13 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
     def pad(rows, value, size):
         return [row + [value] * (size - len(row)) for row in rows]
 
-    attention = [[1] * cut + [0] * (width - cut) + [1] * len(tail) + [0] * (length - len(tail)) for cut, tail in zip(cuts, tails)]
+    attention = [
+        [1] * cut + [0] * (width - cut) + [1] * len(tail) + [0] * (length - len(tail)) for cut, tail in zip(cuts, tails)
+    ]
     return MicroBatch(
-        prefix_ids=torch.tensor(pad([list(p) for p in prefixes], 0, width), dtype=torch.long).reshape(len(prefixes), width),
+        prefix_ids=torch.tensor(pad([list(p) for p in prefixes], 0, width), dtype=torch.long).reshape(
+            len(prefixes), width
+        ),
         prefix_of=torch.tensor(prefix_of),
         ids=torch.tensor(pad(tails, 0, length)),
         attention=torch.tensor(attention),
@@ -92,8 +98,12 @@ def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
         prefix = DynamicCache()
         model(input_ids=mb.prefix_ids, cache=prefix, use_cache=True, logits_to_keep=1)
         if prefix.get_seq_length() != mb.prefix_ids.shape[1]:  # never score tails without their prompt
-            raise RuntimeError("the model did not fill the prompt's KV cache (a transformers without the `cache` argument, or caching disabled)")
-        cache = DynamicCache(ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers])
+            raise RuntimeError(
+                "the model did not fill the prompt's KV cache (a transformers without the `cache` argument, or caching disabled)"
+            )
+        cache = DynamicCache(
+            ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers]
+        )
     return model(input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache).logits
 
 

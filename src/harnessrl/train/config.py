@@ -25,11 +25,18 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # advantages
-    advantage: AdvantageKind = Field(default="grpo", description="grpo (mean/std), drgrpo (mean only), rloo (leave-one-out)")
+    advantage: AdvantageKind = Field(
+        default="grpo", description="grpo (mean/std), drgrpo (mean only), rloo (leave-one-out)"
+    )
     dynamic_sampling: bool = Field(default=True, description="drop groups whose rewards are all equal (counted)")
     # loss
     loss: Literal["ppo", "cispo"] = Field(default="ppo", description="PPO/GRPO clipped surrogate, or CISPO")
-    eps_low: float | None = Field(default=None, ge=0, le=1, description="lower clip: ratio >= 1 - eps_low; default 0.2 (ppo), 1.0 (cispo: no lower clip)")
+    eps_low: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="lower clip: ratio >= 1 - eps_low; default 0.2 (ppo), 1.0 (cispo: no lower clip)",
+    )
     eps_high: float = Field(default=0.28, ge=0, description="upper clip: ratio <= 1 + eps_high (DAPO clip-higher)")
     aggregation: Aggregation = Field(default="token", description="token (DAPO), sequence (GRPO), constant (Dr.GRPO)")
     norm_tokens: int = Field(default=1024, ge=1, description="the constant aggregation's tokens per sequence")
@@ -49,7 +56,9 @@ class TrainConfig(BaseModel):
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = Field(default=0, ge=0)
     total_steps: int = Field(default=1000, ge=1, description="steps over which linear / cosine decay to 0")
-    token_budget: int = Field(default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)")
+    token_budget: int = Field(
+        default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
+    )
     lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
     bf16: bool = Field(default=False, description="bf16 autocast for forward/backward (faster on CPUs with bf16)")
     seed: int = 0

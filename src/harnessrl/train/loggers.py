@@ -31,9 +31,7 @@ def check_installed(names: list[str]) -> list[str]:
     """`names` as given, or MissingExtraError for the first whose package is missing."""
     for name in names:
         if importlib.util.find_spec(name) is None:
-            raise MissingExtraError(
-                f"loggers: {name!r} needs the {name} package: pip install 'harnessrl[{name}]'"
-            )
+            raise MissingExtraError(f"loggers: {name!r} needs the {name} package: pip install 'harnessrl[{name}]'")
     return names
 
 
@@ -55,9 +53,7 @@ class MetricLoggers:
         if self.line is None:
             self._open()
         self.line += 1
-        scalars = {
-            k: float(v) for k, v in metrics.items() if isinstance(v, int | float)
-        }
+        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         if self._tensorboard is not None:
             for key, value in scalars.items():
                 self._tensorboard.add_scalar(key, value, self.line)
@@ -73,9 +69,7 @@ class MetricLoggers:
             from torch.utils.tensorboard import SummaryWriter
 
             # a resumed run hides what an earlier process logged past this line
-            self._tensorboard = SummaryWriter(
-                str(self.run_dir / "tensorboard"), purge_step=self.line + 1
-            )
+            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.line + 1)
         if "wandb" in self.names:
             import wandb
 

@@ -30,7 +30,9 @@ def read_episodes(path: Path) -> list[Episode]:
     return read_jsonl(path, Episode)
 
 
-def demonstration(tokenizer, messages: list[dict], answer: str, tools: list[dict] | None = None, task: Task | None = None) -> Episode:
+def demonstration(
+    tokenizer, messages: list[dict], answer: str, tools: list[dict] | None = None, task: Task | None = None
+) -> Episode:
     """A one-turn demonstration episode: the rendered conversation as prompt, `answer` + end of turn as
     the completion (retokenised text, so logprobs are 0: fine for SFT, never for RL)."""
     prompt = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
@@ -72,7 +74,13 @@ def run_sft(
         raise FileExistsError(f"{out} already holds a run: pass --resume, or choose another --out")
 
     metrics: dict[str, float] = {}
-    with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn()) as bar:
+    with Progress(
+        TextColumn("sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeRemainingColumn(),
+    ) as bar:
         task = bar.add_task("sft", total=total, completed=trainer.step, loss="-")
         while trainer.step < total:
             order = list(range(len(episodes)))

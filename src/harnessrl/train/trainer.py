@@ -37,7 +37,15 @@ from harnessrl.types import Episode
 
 
 class Trainer:
-    def __init__(self, model, tokenizer, config: TrainConfig | None = None, run_dir: Path | None = None, policy: Policy | None = None, loggers: list[str] | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config: TrainConfig | None = None,
+        run_dir: Path | None = None,
+        policy: Policy | None = None,
+        loggers: list[str] | None = None,
+    ):
         self.config = config = config or TrainConfig()
         torch.manual_seed(config.seed)
         random.seed(config.seed)
@@ -50,11 +58,16 @@ class Trainer:
             self._plain = copy.deepcopy(model).eval()
             lora = config.lora
             self.model = peft.get_peft_model(
-                self.model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules)
+                self.model,
+                peft.LoraConfig(
+                    r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
+                ),
             )
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl != "none" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_factor(config))
         self.step = 0
         if run_dir is not None:
@@ -96,15 +109,27 @@ class Trainer:
     def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
         sequences = [s for e in episodes for s in episode_sequences(e, 1.0)]
-        return self._update(sequences, "sft", {"rollout/episodes": len(episodes), "rollout/sequences": len(sequences), **(extra or {})})
+        return self._update(
+            sequences, "sft", {"rollout/episodes": len(episodes), "rollout/sequences": len(sequences), **(extra or {})}
+        )
 
-    def _update(self, sequences: list[Sequence], objective: Literal["rl", "sft"], metrics: dict[str, float]) -> dict[str, float]:
+    def _update(
+        self, sequences: list[Sequence], objective: Literal["rl", "sft"], metrics: dict[str, float]
+    ) -> dict[str, float]:
         cfg, started = self.config, time.perf_counter()
         if not sequences:  # every group dropped, or nothing trainable: no step, but say so
-            metrics.update({"step": self.step, "policy_version": self.policy.version if self.policy else -1, "perf/skipped_update": 1})
+            metrics.update(
+                {
+                    "step": self.step,
+                    "policy_version": self.policy.version if self.policy else -1,
+                    "perf/skipped_update": 1,
+                }
+            )
             self.log(metrics)
             return metrics
-        micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)]  # prompts shared (train/batches.py)
+        micro = [
+            micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)
+        ]  # prompts shared (train/batches.py)
         num_sequences, num_tokens = len(sequences), sum(s.loss_tokens for s in sequences)
         version = self.policy.version if self.policy is not None else -1
         rl = objective == "rl"
@@ -125,7 +150,9 @@ class Trainer:
                 anchor = prox[i] if prox is not None else mb.behaviour
                 if cfg.loss == "ppo":
                     dual = cfg.is_cap if cfg.off_policy == "behaviour" else None
-                    per_token, ratio = losses.ppo_clip_loss(logp, anchor, mb.advantages, cfg.eps_low, cfg.eps_high, dual)
+                    per_token, ratio = losses.ppo_clip_loss(
+                        logp, anchor, mb.advantages, cfg.eps_low, cfg.eps_high, dual
+                    )
                 else:
                     per_token, ratio = losses.cispo_loss(logp, anchor, mb.advantages, cfg.eps_low, cfg.eps_high)
                 weight = losses.truncated_is_weight(prox[i], mb.behaviour, cfg.is_cap) if prox is not None else None
@@ -134,9 +161,13 @@ class Trainer:
                 kl = losses.kl_penalty(logp, ref[i], cfg.kl) if ref is not None else None
                 if kl is not None:
                     per_token = per_token + cfg.kl_coef * kl
-            loss = losses.aggregate(per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens)
+            loss = losses.aggregate(
+                per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
+            )
             loss.backward()
-            stats.add(loss, logp, entropy, mb, ratio, weight, kl, version if rl else -1, cfg)  # demos: no staleness or gap
+            stats.add(
+                loss, logp, entropy, mb, ratio, weight, kl, version if rl else -1, cfg
+            )  # demos: no staleness or gap
 
         # optimizer step, weight push
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
@@ -182,7 +213,9 @@ class Trainer:
         from peft.tuners.lora import LoraLayer
 
         base = self.model.get_base_model()
-        state = {k.replace(".base_layer.", "."): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k}
+        state = {
+            k.replace(".base_layer.", "."): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k
+        }
         with torch.no_grad():
             for name, module in base.named_modules():
                 if isinstance(module, LoraLayer):

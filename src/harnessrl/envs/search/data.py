@@ -34,7 +34,12 @@ class SearchTask(BaseModel):
     split: Literal["train", "test"]
 
     def task(self) -> Task:
-        return Task(id=self.id, prompt=self.question, data={"answer": self.answer, "gold_doc_ids": self.gold_doc_ids}, split=self.split)
+        return Task(
+            id=self.id,
+            prompt=self.question,
+            data={"answer": self.answer, "gold_doc_ids": self.gold_doc_ids},
+            split=self.split,
+        )
 
 
 class DataError(ValueError):
@@ -58,20 +63,54 @@ def write_jsonl(path: Path, rows: list[BaseModel]) -> None:
     path.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in rows), encoding="utf-8")
 
 
-_SYLLABLES = ["ka", "lo", "mir", "ven", "dra", "sul", "tho", "bre", "ni", "qua", "rel", "os", "tam", "ur", "zel", "fin", "gar", "hal"]
-_JOBS = ["baker", "sailor", "painter", "surveyor", "clockmaker", "weaver", "astronomer", "miller", "scribe", "glassblower"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mir",
+    "ven",
+    "dra",
+    "sul",
+    "tho",
+    "bre",
+    "ni",
+    "qua",
+    "rel",
+    "os",
+    "tam",
+    "ur",
+    "zel",
+    "fin",
+    "gar",
+    "hal",
+]
+_JOBS = [
+    "baker",
+    "sailor",
+    "painter",
+    "surveyor",
+    "clockmaker",
+    "weaver",
+    "astronomer",
+    "miller",
+    "scribe",
+    "glassblower",
+]
 _CROPS = ["barley", "olives", "rye", "apples", "flax", "grapes", "millet", "hops"]
 
 
 _DETAILS = [
-    "{n} is known for its {adj} {thing}.", "Travellers remember {n} for a {adj} {thing}.",
-    "Records about {n} mention a {adj} {thing} in {year}.", "Stories from {n} speak of a {adj} {thing}.",
+    "{n} is known for its {adj} {thing}.",
+    "Travellers remember {n} for a {adj} {thing}.",
+    "Records about {n} mention a {adj} {thing} in {year}.",
+    "Stories from {n} speak of a {adj} {thing}.",
 ]
 _ADJ = ["old", "narrow", "painted", "famous", "quiet", "crooked", "tall", "green", "stone", "wooden"]
 _THING = ["bridge", "market", "well", "tower", "garden", "library", "mill", "harbour", "gate", "chapel"]
 
 
-def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int = 12, test_share: float = 0.25, details: int = 0) -> tuple[list[Doc], list[SearchTask]]:
+def synthetic(
+    seed: int = 0, people: int = 120, towns: int = 40, countries: int = 12, test_share: float = 0.25, details: int = 0
+) -> tuple[list[Doc], list[SearchTask]]:
     """A deterministic corpus (people, towns, countries) and 1-3 hop questions about it.
 
     `details` > 0 appends that many filler sentences to every document (longer chunks, for
@@ -87,32 +126,87 @@ def synthetic(seed: int = 0, people: int = 120, towns: int = 40, countries: int 
                 used.add(n)
                 return n
 
-    country = [{"id": f"country-{i}", "name": name(3), "capital": None, "founded": rng.randint(800, 1900)} for i in range(countries)]
-    town = [{"id": f"town-{i}", "name": name(2), "country": rng.choice(country), "crop": rng.choice(_CROPS)} for i in range(towns)]
+    country = [
+        {"id": f"country-{i}", "name": name(3), "capital": None, "founded": rng.randint(800, 1900)}
+        for i in range(countries)
+    ]
+    town = [
+        {"id": f"town-{i}", "name": name(2), "country": rng.choice(country), "crop": rng.choice(_CROPS)}
+        for i in range(towns)
+    ]
     for c in country:
         c["capital"] = rng.choice([t for t in town if t["country"] is c] or town)
-    person = [{"id": f"person-{i}", "name": f"{name(2)} {name(2)}", "town": rng.choice(town), "job": rng.choice(_JOBS), "born": rng.randint(1700, 1990)} for i in range(people)]
+    person = [
+        {
+            "id": f"person-{i}",
+            "name": f"{name(2)} {name(2)}",
+            "town": rng.choice(town),
+            "job": rng.choice(_JOBS),
+            "born": rng.randint(1700, 1990),
+        }
+        for i in range(people)
+    ]
 
-    docs = [Doc(id=c["id"], title=c["name"], text=f"{c['name']} is a country founded in {c['founded']}. Its capital is {c['capital']['name']}.") for c in country]
-    docs += [Doc(id=t["id"], title=t["name"], text=f"{t['name']} is a town in {t['country']['name']}. The fields around {t['name']} grow {t['crop']}.") for t in town]
-    docs += [Doc(id=p["id"], title=p["name"], text=f"{p['name']} was a {p['job']} born in {p['born']} in the town of {p['town']['name']}.") for p in person]
+    docs = [
+        Doc(
+            id=c["id"],
+            title=c["name"],
+            text=f"{c['name']} is a country founded in {c['founded']}. Its capital is {c['capital']['name']}.",
+        )
+        for c in country
+    ]
+    docs += [
+        Doc(
+            id=t["id"],
+            title=t["name"],
+            text=f"{t['name']} is a town in {t['country']['name']}. The fields around {t['name']} grow {t['crop']}.",
+        )
+        for t in town
+    ]
+    docs += [
+        Doc(
+            id=p["id"],
+            title=p["name"],
+            text=f"{p['name']} was a {p['job']} born in {p['born']} in the town of {p['town']['name']}.",
+        )
+        for p in person
+    ]
 
     if details:
         filler = random.Random(f"{seed}:details")
         for doc in docs:
             name = doc.title or doc.id
-            extra = (filler.choice(_DETAILS).format(n=name, adj=filler.choice(_ADJ), thing=filler.choice(_THING), year=filler.randint(1500, 1990)) for _ in range(details))
+            extra = (
+                filler.choice(_DETAILS).format(
+                    n=name, adj=filler.choice(_ADJ), thing=filler.choice(_THING), year=filler.randint(1500, 1990)
+                )
+                for _ in range(details)
+            )
             doc.text = " ".join([doc.text, *extra])
     tasks = []
     for i, p in enumerate(person):
         hops = 1 + i % 3
         t, c = p["town"], p["town"]["country"]
         if hops == 1:
-            q, a, gold = rng.choice([(f"What was the occupation of {p['name']}?", p["job"]), (f"In which year was {p['name']} born?", str(p["born"]))]) + ([p["id"]],)
+            q, a, gold = rng.choice(
+                [
+                    (f"What was the occupation of {p['name']}?", p["job"]),
+                    (f"In which year was {p['name']} born?", str(p["born"])),
+                ]
+            ) + ([p["id"]],)
         elif hops == 2:
-            q, a, gold = rng.choice([(f"In which country was {p['name']} born?", c["name"]), (f"What do the fields grow around the birthplace of {p['name']}?", t["crop"])]) + ([p["id"], t["id"]],)
+            q, a, gold = rng.choice(
+                [
+                    (f"In which country was {p['name']} born?", c["name"]),
+                    (f"What do the fields grow around the birthplace of {p['name']}?", t["crop"]),
+                ]
+            ) + ([p["id"], t["id"]],)
         else:
-            q, a, gold = f"What is the capital of the country where {p['name']} was born?", c["capital"]["name"], [p["id"], t["id"], c["id"]]
+            q, a, gold = (
+                f"What is the capital of the country where {p['name']} was born?",
+                c["capital"]["name"],
+                [p["id"], t["id"], c["id"]],
+            )
         split = "test" if rng.random() < test_share else "train"
         tasks.append(SearchTask(id=f"q-{i}", question=q, answer=a, gold_doc_ids=gold, split=split))
     return docs, tasks
@@ -127,8 +221,8 @@ def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
 
 def answers_match(given: str | None, expected: str) -> bool:
     """Normalised comparison: case, punctuation and surrounding whitespace ignored."""
+
     def norm(s: str) -> str:
         return " ".join("".join(ch for ch in s.lower() if ch.isalnum() or ch.isspace()).split())
 
     return given is not None and norm(given) == norm(expected)
-

@@ -21,7 +21,15 @@ SYSTEM = "Answer the question from the documents. Search, read, prune what you n
 
 
 class SearchAgent:
-    def __init__(self, index: SearchIndex, context_budget: int = 2048, max_turns: int = 8, k: int = 3, max_tokens: int = 96, temperature: float = 1.0):
+    def __init__(
+        self,
+        index: SearchIndex,
+        context_budget: int = 2048,
+        max_turns: int = 8,
+        k: int = 3,
+        max_tokens: int = 96,
+        temperature: float = 1.0,
+    ):
         self.index, self.budget, self.max_turns, self.k = index, context_budget, max_turns, k
         self.max_tokens, self.temperature = max_tokens, temperature
 
@@ -69,7 +77,9 @@ class _Run:
         """Drop chunks (or whole documents read) from the context."""
         named = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
         self.pruned.update(named)
-        dropped = named | {c.id for d in named for c in self.agent.index.chunks_of(d) if c.id in self.shown}  # a document's chunks too
+        dropped = named | {
+            c.id for d in named for c in self.agent.index.chunks_of(d) if c.id in self.shown
+        }  # a document's chunks too
         for message in self.messages:
             if message["role"] == "tool":
                 message["content"] = _drop(message["content"], dropped)

