@@ -5,7 +5,7 @@
 
 Starts from the `tiny` architecture and tokenizer (seed 0), trains a plain next-token loss on every
 token of rows packed from mixture items (copy, recall, tool_args, record_field, English prose),
-with fresh random names in every batch. bf16 autocast, AdamW, warmup + cosine. Checkpoints every
+with fresh random names in every batch. bf16 autocast where the CPU has it natively (else fp32), AdamW, warmup + cosine. Checkpoints every
 `--save-minutes` (Hugging Face folder + optimizer, schedule, step, RNG and mixture state), so an
 interrupted run resumes where it stopped. `--minutes` stops early (checkpointed) to continue later.
 At the end it probes the model, plots the loss curve and exports fp16 safetensors to
@@ -30,6 +30,7 @@ from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Mixture, render_item
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
+from harnessrl.train.precision import autocast, resolve
 
 WEIGHTS = {"copy": 0.2, "recall": 0.25, "tool_args": 0.2, "record_field": 0.2, "prose": 0.15}
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
@@ -129,13 +130,15 @@ def main() -> None:
             keep=2,
         )
 
+    dtype, why = resolve("auto")
+    print(why)
     started, last_save, last_probe = time.monotonic(), time.monotonic(), time.monotonic()
     while step < args.steps and not args.export_only:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         ids = packer.batch(args.rows)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast(dtype):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -235,7 +238,7 @@ Reproduce (resumable; `--resume` after an interruption):
   Items seen: {json.dumps(counts)}.
 - {step} steps x {args.rows} rows x {args.width} tokens = {step * args.rows * args.width / 1e6:.1f} M tokens;
   next-token loss on every token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
-  warmup steps, cosine to 10 %; bf16 autocast; grad clip 1.0.
+  warmup steps, cosine to 10 %; bf16 autocast where native (else fp32); grad clip 1.0.
 - Wall time of the training steps on the 2-core CPU: {wall / 60:.0f} min.
 - Loss curve: `loss.png`; probe history: `probe.json`.
 

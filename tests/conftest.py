@@ -41,27 +41,66 @@ def weather_dialogue(city: str = "Paris") -> list[dict]:
     ]
 
 
-def teach_tool_use(policy: Policy) -> None:
-    """Fit a copy of tiny to one tool-using dialogue (assistant tokens only), then push its weights."""
+AGENT_SYSTEM = "You report the weather."
+FOLLOW_UP = "And in Paris tomorrow?"
+
+
+def agent_dialogue(turns: int = 5) -> list[dict]:
+    """The conversation the gateway tests' agent loop has when the model behaves as taught: a tool call,
+    an answer, a follow-up question, and again (`turns` assistant turns)."""
+    dialogue = weather_dialogue()
+    dialogue[2]["content"] = "sunny in Paris"
+    messages = [{"role": "system", "content": AGENT_SYSTEM}, dialogue[0]]
+    while sum(m["role"] == "assistant" for m in messages) < turns:
+        messages += (
+            dialogue[1:3] if messages[-1]["role"] == "user" else [dialogue[3], {"role": "user", "content": FOLLOW_UP}]
+        )
+    return messages
+
+
+def teach_tool_use(policy: Policy, min_prob: float = 0.995, max_steps: int = 1000) -> None:
+    """Fit a copy of tiny to two tool-using dialogues (assistant tokens only), then push its weights.
+
+    Teaching stops when every taught token has probability >= `min_prob` under the taught model, not
+    after a fixed number of steps: with that margin, greedy and seeded sampling reproduce the taught
+    turns whatever the CPU's float rounding (AVX2, AVX-512 and AMX round differently), so the gateway
+    tests do not depend on one machine's numerics.
+    """
     model, _ = build_tiny(seed=0)
     model.train()
-    dialogue = weather_dialogue()
-    ids = policy.encode(policy.render(dialogue, WEATHER_TOOLS, generation_prompt=False))
-    labels = [-100] * len(ids)
-    for k in (1, 3):  # the two assistant turns
-        start = len(policy.encode(policy.render(dialogue[:k], WEATHER_TOOLS, generation_prompt=True)))
-        end = len(policy.encode(policy.render(dialogue[: k + 1], WEATHER_TOOLS, generation_prompt=False)))
-        labels[start:end] = ids[start:end]
+    rows = [_taught_tokens(policy, weather_dialogue()), _taught_tokens(policy, agent_dialogue())]
+    width = max(len(ids) for ids, _ in rows)
+    inputs = torch.tensor([ids + [0] * (width - len(ids)) for ids, _ in rows])
+    targets = torch.tensor([labels + [-100] * (width - len(labels)) for _, labels in rows])
+    attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    inputs, targets = torch.tensor([ids]), torch.tensor([labels])
-    for _ in range(300):
-        loss = model(input_ids=inputs, labels=targets).loss
-        loss.backward()
+    for step in range(max_steps):
+        logits = model(input_ids=inputs, attention_mask=attention).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1)
+        taught = targets[:, 1:] != -100
+        token_logp = logp.gather(-1, targets[:, 1:].clamp_min(0)[..., None]).squeeze(-1)[taught]
+        if step % 5 == 0 and float(token_logp.detach().min().exp()) >= min_prob:
+            break
+        (-token_logp.mean()).backward()
         optimizer.step()
         optimizer.zero_grad()
-        if loss.item() < 0.01:
-            break
+    else:
+        raise RuntimeError(
+            f"teach_tool_use: a taught token is still below probability {min_prob} after {max_steps} steps"
+        )
     policy.update_weights(model.state_dict())
+
+
+def _taught_tokens(policy: Policy, dialogue: list[dict]) -> tuple[list[int], list[int]]:
+    """The dialogue's ids and labels that are -100 everywhere but on the assistant turns."""
+    ids = policy.encode(policy.render(dialogue, WEATHER_TOOLS, generation_prompt=False))
+    labels = [-100] * len(ids)
+    for k, message in enumerate(dialogue):
+        if message["role"] == "assistant":
+            start = len(policy.encode(policy.render(dialogue[:k], WEATHER_TOOLS, generation_prompt=True)))
+            end = len(policy.encode(policy.render(dialogue[: k + 1], WEATHER_TOOLS, generation_prompt=False)))
+            labels[start:end] = ids[start:end]
+    return ids, labels
 
 
 @pytest.fixture(scope="session")

@@ -219,7 +219,7 @@ def sft(
     schedule: str = typer.Option("cosine", help="constant | linear | cosine (decays to 0 at the last step)"),
     token_budget: int = typer.Option(8192, help="padded tokens per micro-batch"),
     lora: bool = typer.Option(False, help="train LoRA adapters (peft) instead of all weights"),
-    bf16: bool = typer.Option(False, help="bf16 autocast"),
+    precision: str = typer.Option("auto", help="auto (bf16 where the CPU has it natively, else fp32) | bf16 | fp32"),
     save_every: int = typer.Option(50, min=1, help="checkpoint every N steps (and at the end)"),
     resume: bool = typer.Option(False, help="continue the run in --out from its newest checkpoint"),
     seed: int = typer.Option(0),
@@ -233,7 +233,11 @@ def sft(
 
     try:
         config = TrainConfig(
-            lr=lr, schedule=schedule, token_budget=token_budget, bf16=bf16, lora=LoraConfig() if lora else None
+            lr=lr,
+            schedule=schedule,
+            token_budget=token_budget,
+            precision=precision,
+            lora=LoraConfig() if lora else None,
         )
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
     except (TraceLineError, PolicyLoadError, ValidationError, FileExistsError, FileNotFoundError) as exc:

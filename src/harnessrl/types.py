@@ -34,7 +34,10 @@ class Call(_Model):
     """One sampled completion, token-exact: what the policy saw and what it sampled.
 
     `sampled_logprobs[i]` is the log-probability of `completion_ids[i]` under the distribution it was
-    actually drawn from (temperature- and top-p-adjusted; 0.0 for greedy decoding).
+    actually drawn from: softmax(logits / temperature) cut to its top-p nucleus and renormalised, with
+    the `temperature` and `top_p` recorded here, so the trainer can score the same distribution. A
+    greedy call (temperature 0) records 0.0 and a demonstration (an expert's reply) 0.0: neither is a
+    sample, and the trainer never takes an importance ratio against them (`sampled` is False).
     `extends_call` is the index of an earlier call of the episode whose prompt + completion this
     call's prompt begins with (the gateway reused its ids); None starts a new sequence.
     """
@@ -45,11 +48,19 @@ class Call(_Model):
     sampled_logprobs: list[float]
     policy_version: int = Field(description="weights version that sampled the first completion token")
     trainable: bool = Field(default=True, description="False for frozen sub-agents: recorded, never trained on")
+    temperature: float = Field(default=1.0, ge=0, description="the sampling temperature; 0 = greedy")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="the nucleus it was sampled from")
+    demonstration: bool = Field(default=False, description="an expert's reply recorded as a call, not sampled")
     finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
     extends_call: int | None = None
     tool_call_error: str | None = Field(default=None, description="why emitted tool calls were returned as text")
     started_at: float = Field(default_factory=time.time, description="unix seconds when the request arrived")
     ended_at: float = Field(default_factory=time.time, description="unix seconds when the completion was ready")
+
+    @property
+    def sampled(self) -> bool:
+        """Drawn at random by the policy, so its logprobs are behaviour logprobs an importance ratio may use."""
+        return self.temperature > 0 and not self.demonstration
 
     @model_validator(mode="after")
     def _aligned(self) -> Call:

@@ -8,7 +8,7 @@ import pytest
 
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.types import Outcome, Task
-from tests.conftest import ADMIN_KEY, WEATHER_TOOLS
+from tests.conftest import ADMIN_KEY, AGENT_SYSTEM, FOLLOW_UP, WEATHER_TOOLS
 
 
 def _extends(call, earlier) -> bool:
@@ -19,7 +19,7 @@ def _extends(call, earlier) -> bool:
 async def _five_turns(client: openai.AsyncOpenAI) -> list:
     """An ordinary agent loop: run the tools the model calls, ask follow-ups otherwise."""
     messages = [
-        {"role": "system", "content": "You report the weather."},
+        {"role": "system", "content": AGENT_SYSTEM},
         {"role": "user", "content": "Weather in Paris?"},
     ]
     responses = []
@@ -34,7 +34,7 @@ async def _five_turns(client: openai.AsyncOpenAI) -> list:
             city = json.loads(call.function.arguments).get("city", "?")
             messages.append({"role": "tool", "tool_call_id": call.id, "content": f"sunny in {city}"})
         if not message.tool_calls:
-            messages.append({"role": "user", "content": "And in Paris tomorrow?"})
+            messages.append({"role": "user", "content": FOLLOW_UP})
     return responses
 
 
@@ -80,12 +80,14 @@ async def test_an_edited_history_starts_a_new_sequence(gateway):
 
 async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
     episode_id, key = await gateway.create_episode()
-    # the model learned to call get_weather; under another tool list its call comes out broken or unknown
+    # tool_choice "required" puts <tool_call> in the prompt, so the call is certain to be emitted; the model
+    # learned only get_weather, so under another tool list what follows is an unknown tool or broken JSON
     other = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
     r = await gateway.openai(key).chat.completions.create(
         model="tiny",
         messages=[{"role": "user", "content": "Weather in Paris?"}],
         tools=other,
+        tool_choice="required",
         temperature=0,
         max_tokens=40,
     )
@@ -186,10 +188,21 @@ async def test_choices_logprobs_stops_and_caller_metadata(gateway):
     assert len(r.choices) == 3 and len(calls) == 5
     for choice, call in zip(r.choices, calls):
         assert [t.logprob for t in choice.logprobs.content] == call.sampled_logprobs
-        assert call.prompt_ids == calls[0].prompt_ids and call.agent == "orchestrator" and call.trainable
+        assert call.prompt_ids == calls[0].prompt_ids and call.agent == "orchestrator"
+        assert not call.trainable  # n > 1: the siblings must not share the episode's advantage ...
     assert calls[3].agent == "searcher" and not calls[3].trainable
     assert stopped.choices[0].finish_reason == "stop" and '"name"' not in stopped.choices[0].message.content
     assert stopped.choices[0].message.content == "<tool_call>{"
+    # ... unless the agent goes on from one of them: that choice becomes trainable, its siblings stay frozen
+    kept = r.choices[2].message.model_dump(
+        exclude_none=True
+    )  # the last: the one extended even if a sibling is identical
+    await client.chat.completions.create(
+        model="tiny", messages=[*messages, kept, {"role": "user", "content": "ok"}], max_tokens=3
+    )
+    calls = (await gateway.episode(episode_id)).calls
+    assert calls[5].extends_call == 2 and calls[5].trainable
+    assert [c.trainable for c in calls[:3]] == [False, False, True]
 
 
 async def test_both_transports_record_identical_episodes(tool_policy, tool_server):

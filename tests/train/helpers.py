@@ -11,13 +11,20 @@ QUESTIONS = ["Name a colour.", "Count to three.", "Say hello.", "Pick a number."
 
 
 def sampled_groups(
-    policy: Policy, groups: int = 2, size: int = 4, max_tokens: int = 12, seed: int = 0
+    policy: Policy,
+    groups: int = 2,
+    size: int = 4,
+    max_tokens: int = 12,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
 ) -> list[list[Episode]]:
     """`groups` tasks x `size` episodes of one sampled turn each; reward = share of the letter 'e'."""
 
     async def one(task: Task, i: int) -> Episode:
         prompt = policy.encode(policy.render([{"role": "user", "content": task.prompt}], None, True))
-        (done,) = await policy.engine.generate(prompt, SamplingParams(max_tokens=max_tokens, seed=seed * 1000 + i))
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed * 1000 + i)
+        (done,) = await policy.engine.generate(prompt, params)
         text = policy.decode(done.ids, skip_special=True)
         share = text.count("e") / max(len(text), 1)
         call = Call(
@@ -25,6 +32,8 @@ def sampled_groups(
             completion_ids=done.ids,
             sampled_logprobs=done.logprobs,
             policy_version=done.policy_version,
+            temperature=temperature,
+            top_p=top_p,
         )
         reward = RewardBreakdown(total=share + 0.01 * i, terms={"e_share": share, "index": 0.01 * i})
         return Episode(task=task, calls=[call], reward=reward, status="finished")

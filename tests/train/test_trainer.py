@@ -1,6 +1,7 @@
 import copy
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -131,7 +132,13 @@ def test_the_update_equals_the_loss_of_every_whole_sequence_forwarded_alone(fres
 
 def test_decoupled_cispo_with_kl_starts_at_unit_weights_and_zero_kl(fresh_policy):
     config = TrainConfig(
-        loss="cispo", off_policy="decoupled", kl="k3", kl_coef=0.1, advantage="rloo", aggregation="constant"
+        loss="cispo",
+        off_policy="decoupled",
+        kl="k3",
+        kl_coef=0.1,
+        kl_bias_correction=True,
+        advantage="rloo",
+        aggregation="constant",
     )
     metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer, config).rl_step(sampled_groups(fresh_policy))
     assert metrics["policy/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -176,3 +183,76 @@ def test_resume_continues_exactly(fresh_policy, tmp_path, lora):
     assert last["step"] == 3 and last["optim/lr"] == straight.scheduler.get_last_lr()[0]
     for (name, a), b in zip(straight.plain_state().items(), resumed.plain_state().values()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize(("precision", "gap"), [("fp32", 1e-4), ("bf16", 1e-2)])
+def test_a_fresh_batch_at_temperature_and_top_p_is_scored_as_it_was_sampled(fresh_policy, precision, gap):
+    """The trainer scores softmax(z / T) cut to the top-p nucleus, as the sampler drew from it: on policy the
+    ratio is 1 and the train/sample gap is float noise (bf16 perturbs the body, never the final projection)."""
+    groups = sampled_groups(fresh_policy, temperature=0.7, top_p=0.9)
+    assert all(c.temperature == 0.7 and c.top_p == 0.9 for g in groups for e in g for c in e.calls)
+    # scored at T = 1 without the nucleus (what the trainer used to do), the same batch is far off policy
+    from harnessrl.train.batches import micro_batch, tail_logits
+    from harnessrl.train.losses import token_logprobs
+
+    mb = micro_batch([s for g in groups for e in g for s in episode_sequences(e)])
+    with torch.no_grad():
+        plain, _ = token_logprobs(tail_logits(fresh_policy.model, mb), mb.ids)
+    assert float(((plain - mb.behaviour).abs() * mb.mask).sum() / mb.mask.sum()) > 0.1
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(precision=precision), policy=fresh_policy)
+    metrics = trainer.rl_step(groups)
+    assert metrics["perf/bf16"] == (precision == "bf16")
+    assert metrics["policy/logprob_gap"] < gap
+    for key in ("policy/ratio_min", "policy/ratio_mean", "policy/ratio_max"):
+        assert metrics[key] == pytest.approx(1.0, abs=1e-4 if precision == "fp32" else 0.05), key
+
+
+def test_greedy_calls_and_demonstrations_never_enter_a_ratio(fresh_policy):
+    groups = sampled_groups(fresh_policy)
+    greedy, demo = groups[0][0].calls[0], groups[0][1].calls[0]
+    greedy.temperature, greedy.sampled_logprobs = 0.0, [0.0] * len(greedy.completion_ids)
+    demo.demonstration, demo.sampled_logprobs = True, [0.0] * len(demo.completion_ids)
+    metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(groups)
+    unsampled = len(greedy.completion_ids) + len(demo.completion_ids)
+    assert metrics["rollout/unsampled_loss_tokens"] == unsampled
+    assert metrics["rollout/sequences"] == 6
+    # a logprob of 0.0 taken as behaviour would give ratios far below 1; only real samples are in the ratio
+    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)
+    sft = Trainer(fresh_policy.model, fresh_policy.tokenizer).sft_step([e for g in groups for e in g])
+    assert sft["rollout/sequences"] == 8  # SFT learns from demonstrations and greedy replies alike
+
+
+def test_dropout_is_off_when_scoring_and_said_so(fresh_policy):
+    model, _ = build_tiny(seed=0)
+    model.config.attention_dropout = 0.5
+    for module in model.modules():  # Qwen2 reads attention_dropout from its config at every forward
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.5
+    with pytest.warns(UserWarning, match="dropout is off"):
+        trainer = Trainer(model, fresh_policy.tokenizer, TrainConfig(lora=LoraConfig(r=4, dropout=0.1)))
+    assert not trainer.model.training
+    groups = sampled_groups(fresh_policy)
+    metrics = trainer.rl_step(groups)  # the policy sampled with the same weights and no dropout
+    assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_kl_bias_correction_multiplies_k3_by_the_ratio():
+    from harnessrl.train.losses import kl_penalty
+
+    logp, ref, ratio = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]]), torch.tensor([[1.2, 0.5]])
+    k3 = [math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1]  # exp(-k1) + k1 - 1, k1 = logp - ref
+    assert kl_penalty(logp, ref, "k3")[0].tolist() == pytest.approx(k3)
+    assert kl_penalty(logp, ref, "k3", ratio)[0].tolist() == pytest.approx([1.2 * k3[0], 0.5 * k3[1]])
+
+
+def test_bf16_is_chosen_only_where_the_cpu_computes_it_natively():
+    import subprocess
+    import sys
+
+    code = "from harnessrl.train.precision import resolve; print(*resolve('auto'), sep='|')"
+    capped = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **capped}, capture_output=True, text=True)
+    chosen, reason = out.stdout.strip().split("|")
+    assert chosen == "fp32" and "auto" in reason, out
+    with pytest.raises(ValueError, match="bf16 is now precision"):
+        TrainConfig.model_validate({"bf16": True})

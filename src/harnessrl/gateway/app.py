@@ -164,7 +164,7 @@ def create_app(
         record.episode.calls.append(Call(
             agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
             policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
-            finish_reason="tool_calls" if body.reply.tool_calls else "stop",
+            finish_reason="tool_calls" if body.reply.tool_calls else "stop", demonstration=True,
         ))  # fmt: skip
         record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity()))
         return {
@@ -208,15 +208,20 @@ def create_app(
         finally:
             if record is not None:
                 record.in_flight -= 1
+        if record is not None and prompt.extends_call in record.held_choices:  # the agent kept this choice of n
+            record.episode.calls[prompt.extends_call].trainable = record.held_choices.pop(prompt.extends_call)
         choices = []
         for index, completion in enumerate(completions):
             message, finish, error = _assistant_message(policy, completion, forced, body)
             if record is not None:
+                if body.n > 1:  # siblings must not share the episode's advantage unless the agent goes on from one
+                    record.held_choices[len(record.episode.calls)] = trainable
                 record.episode.calls.append(Call(
                     agent=agent, prompt_ids=prompt_ids, completion_ids=completion.ids,
                     sampled_logprobs=completion.logprobs, policy_version=completion.policy_version,
-                    trainable=trainable, finish_reason=finish, extends_call=prompt.extends_call,
+                    trainable=trainable and body.n == 1, finish_reason=finish, extends_call=prompt.extends_call,
                     tool_call_error=error, started_at=started, ended_at=time.time(),
+                    temperature=params.temperature, top_p=params.top_p,
                 ))  # fmt: skip
                 record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity()))
             choices.append(_choice(policy, index, message, finish, completion if body.logprobs else None))

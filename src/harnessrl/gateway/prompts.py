@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from jinja2 import TemplateError
+
 from harnessrl.gateway.schema import Message
 from harnessrl.policy import Policy
 from harnessrl.types import Call
@@ -78,12 +80,18 @@ def _candidates(prompt: Prompt, turns: list[Turn]) -> list[int]:
 def _extend(policy: Policy, dicts: list[dict], tools: list[dict] | None, call: Call, turn: Turn) -> list[int] | None:
     m = len(turn.messages)
     stand_in = {"role": "assistant", "content": _SENTINEL}
-    before = policy.render(dicts[:m] + [stand_in], tools, generation_prompt=False)
-    after = policy.render(dicts[:m] + [stand_in] + dicts[m + 1 :], tools, generation_prompt=True)
+    try:
+        before = policy.render(dicts[:m] + [stand_in], tools, generation_prompt=False)
+        after = policy.render(dicts[:m] + [stand_in] + dicts[m + 1 :], tools, generation_prompt=True)
+    except TemplateError:
+        return None  # the template refuses the stand-in turn: render fresh, a new sequence
     head = turn.prompt_text + _SENTINEL
     if not before.startswith(head) or not after.startswith(before):
         return None  # the template renders this history differently: start a new sequence
-    rest = policy.encode(before[len(head) :] + after[len(before) :])  # end of that turn ("<|im_end|>\n"), new turns
-    if rest and call.completion_ids and rest[0] == call.completion_ids[-1] and rest[0] in policy.eos_ids:
-        rest = rest[1:]  # the model already sampled the end-of-turn token
-    return call.prompt_ids + call.completion_ids + rest
+    closing = before[len(head) :]  # the template's end of that turn: "<|im_end|>\n", or "\n<|im_end|>\n", ...
+    if call.completion_ids and call.completion_ids[-1] in policy.eos_ids:
+        # the model sampled its end-of-turn token: it stands for the closing up to and including that token
+        eos = policy.decode(call.completion_ids[-1:])
+        if (cut := closing.find(eos)) >= 0:
+            closing = closing[cut + len(eos) :]
+    return call.prompt_ids + call.completion_ids + policy.encode(closing + after[len(before) :])

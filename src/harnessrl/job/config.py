@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
+from harnessrl.train.precision import Precision
 
 
 class _Strict(BaseModel):
@@ -35,7 +36,9 @@ class SFTConfig(_Strict):
     lr: float = 1e-3
     demos_per_task: int = Field(default=1, ge=1)
     save_every: int = Field(default=20, ge=1, description="checkpoint every N steps (and at the end)")
-    bf16: bool = Field(default=True, description="bf16 autocast (the sampler's logprobs play no part in SFT)")
+    precision: Precision = Field(
+        default="auto", description="auto: bf16 autocast where the CPU has it natively, else fp32"
+    )
 
 
 class RLConfig(_Strict):
@@ -45,7 +48,7 @@ class RLConfig(_Strict):
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)
     )
-    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4, schedule="constant", bf16=True))
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4, schedule="constant", precision="auto"))
 
 
 class JobConfig(_Strict):

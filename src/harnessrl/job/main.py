@@ -29,7 +29,7 @@ from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.train import TrainConfig, Trainer
+from harnessrl.train import TrainConfig, Trainer, precision
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.types import Episode, read_jsonl
 
@@ -73,6 +73,10 @@ class _Job:
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
         greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
         reward = context1_reward()
+        if self.progress:  # bf16 on a CPU without it is 15x slower than fp32: say which one this run uses
+            print(
+                f"sft: {precision.resolve(config.sft.precision)[1]}; rl: {precision.resolve(config.rl.train.precision)[1]}"
+            )
         self.seconds["setup"] = (
             self.seconds.get("setup", 0.0) + time.perf_counter() - started
         )  # corpus, index, model: every start
@@ -126,7 +130,11 @@ class _Job:
     async def _sft(self, demos: list[Episode]) -> None:
         cfg = self.config.sft
         train_cfg = TrainConfig(
-            lr=cfg.lr, schedule="cosine", total_steps=cfg.steps, warmup_steps=min(5, cfg.steps // 10), bf16=cfg.bf16
+            lr=cfg.lr,
+            schedule="cosine",
+            total_steps=cfg.steps,
+            warmup_steps=min(5, cfg.steps // 10),
+            precision=cfg.precision,
         )
         trainer = Trainer(
             self.policy.model,
@@ -193,7 +201,9 @@ class _Job:
             nonlocal done
             done += 1
             if done % cfg.save_every == 0 or done == cfg.updates:
-                trainer.save(checkpoints, cursor={"updates": done})
+                trainer.save(
+                    checkpoints, cursor={"updates": done}, number=done
+                )  # by update: a tied update keeps the step
 
         await engine.train(trainer, tasks, remaining, progress=self.progress, on_update=checkpoint)
 

@@ -1,8 +1,39 @@
-"""Next-token sampling with the logprob of each draw under the distribution it was drawn from."""
+"""Next-token sampling, and the sampling distribution itself, shared by the sampler and the trainer."""
 
 from __future__ import annotations
 
 import torch
+
+
+def sampling_logprobs(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    keep: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Log-probabilities (N, V) of the distribution a row samples from: softmax(logits / T) cut to its top-p nucleus.
+
+    logits (N, V), any float dtype (computed in fp32); temperature and top_p (N,). The nucleus (Holtzman
+    et al. 2020) is the smallest set of most likely tokens whose mass reaches top_p, renormalised; rows
+    with top_p = 1 are not cut at all (a cumulative sum that rounds to 1 early must not drop tail
+    tokens). Temperature 0 (greedy) is scored at T = 1. `keep` (N,) names one token per row that stays in
+    the nucleus whatever its rank: the trainer passes the sampled token, so a token that later weights
+    push out of the nucleus gets a small probability instead of -inf (on policy it is in the nucleus
+    anyway, and the result is the sampler's exactly). The mask is chosen without gradient.
+    """
+    scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+    logp = torch.log_softmax(logits.float() / scale[:, None], dim=-1)  # (N, V)
+    cut = top_p < 1
+    if not bool(cut.any()):
+        return logp
+    with torch.no_grad():
+        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()  # (N, V) mass ranked above each token
+        drop_sorted = (mass_before >= top_p[:, None]) & cut[:, None]  # the top token always stays (mass_before = 0)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        if keep is not None:
+            drop[torch.arange(len(keep)), keep] = False
+    return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
 
 
 def sample_next(
@@ -13,21 +44,14 @@ def sample_next(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return (ids (B,), logprobs (B,)).
 
-    Row b samples from softmax(logits[b] / temperature[b]) restricted to its top-p nucleus and
-    renormalised (Holtzman et al. 2020); the returned logprob is taken under that same adjusted
-    distribution, so an importance ratio against it is exact. temperature 0 means greedy: the
-    argmax, with logprob 0.0 (a point mass). Each row draws from its own generator when given one,
-    so a seeded request samples the same tokens whatever else shares its batch.
+    Row b samples from `sampling_logprobs` (temperature- and top-p-adjusted); the returned logprob is
+    taken under that same distribution, so an importance ratio against it is exact. temperature 0 means
+    greedy: the argmax, with logprob 0.0 (a point mass). Each row draws from its own generator when
+    given one, so a seeded request samples the same tokens whatever else shares its batch.
     """
     logits = logits.float()  # (B, V)
     greedy = temperature <= 0
-    logp = torch.log_softmax(logits / temperature.clamp_min(1e-6)[:, None], dim=-1)  # (B, V)
-    if bool((top_p < 1).any()):
-        sorted_logp, order = logp.sort(dim=-1, descending=True)
-        mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()  # (B, V) mass ranked above each token
-        drop_sorted = mass_before >= top_p[:, None]  # the top token always stays (mass_before = 0)
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+    logp = sampling_logprobs(logits, temperature, top_p)
     # inverse-CDF draw: one uniform per row, from the row's own generator when it has one
     uniform = torch.rand(len(logits))
     for b, gen in enumerate(generators):

@@ -35,6 +35,9 @@ class MicroBatch:
     behaviour: torch.Tensor  # (B, T-1) sampled logprobs
     versions: torch.Tensor  # (B, T-1) policy_version that sampled the token; -1 elsewhere
     advantages: torch.Tensor  # (B, 1)
+    temperature: torch.Tensor  # (B, T-1) the temperature each token was sampled at
+    top_p: torch.Tensor  # (B, T-1) the nucleus each token was sampled from
+    sampled: torch.Tensor  # (B, T-1) 1 where the token is a random draw (an importance ratio may use it)
 
     @property
     def padded_tokens(self) -> int:
@@ -87,16 +90,25 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
         behaviour=torch.tensor(pad([s.sampled_logprobs[cut + 1 :] for s, cut in zip(batch, cuts)], 0.0, length - 1)),
         versions=torch.tensor(pad([s.versions[cut + 1 :] for s, cut in zip(batch, cuts)], -1, length - 1)),
         advantages=torch.tensor([[s.advantage] for s in batch], dtype=torch.float32),
+        temperature=torch.tensor(pad([s.temperatures[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
+        top_p=torch.tensor(pad([s.top_ps[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
+        sampled=torch.tensor(pad([s.sampled[cut + 1 :] for s, cut in zip(batch, cuts)], 0, length - 1)).float(),
     )
 
 
 def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
-    """(B, T, V) logits of the tails; the prefixes run once each and are shared through their keys and values."""
+    """(B, T, V) fp32 logits of the tails; the prefixes run once each and are shared through their keys and values.
+
+    The transformer body runs under whatever autocast the caller set; the final projection runs in
+    fp32 outside it, so bf16 training perturbs the logprobs only through the body's hidden states
+    (the sampler runs the whole model in fp32).
+    """
+    body = model.get_decoder()
     cache = None
     if mb.prefix_ids.shape[1]:
         # causal, no mask: a prefix's right padding comes after its tokens and is masked in the tails
         prefix = DynamicCache()
-        model(input_ids=mb.prefix_ids, cache=prefix, use_cache=True, logits_to_keep=1)
+        body(input_ids=mb.prefix_ids, cache=prefix, use_cache=True)
         if prefix.get_seq_length() != mb.prefix_ids.shape[1]:  # never score tails without their prompt
             raise RuntimeError(
                 "the model did not fill the prompt's KV cache (a transformers without the `cache` argument, or caching disabled)"
@@ -104,7 +116,11 @@ def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
         cache = DynamicCache(
             ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers]
         )
-    return model(input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache).logits
+    hidden = body(
+        input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache
+    ).last_hidden_state
+    with torch.autocast(hidden.device.type, enabled=False):
+        return model.get_output_embeddings()(hidden.float())  # (B, T, V)
 
 
 def _cut(seq: Sequence) -> int:

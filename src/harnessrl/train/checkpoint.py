@@ -5,8 +5,11 @@ Layout under a run's `checkpoints/`:
     step-000012/   config.json, model.safetensors, tokenizer files, trainer_state.pt [, adapter/]
     latest         the name of the newest complete checkpoint
 
-A checkpoint is written to a hidden temporary folder and renamed into place, and `latest` is
-replaced atomically after it, so a crash at any moment leaves the previous checkpoint intact.
+The number is the caller's counter (the optimizer step, or the RL job's update cursor). A checkpoint
+is written to a hidden temporary folder and renamed into place, and `latest` is replaced atomically
+after it. A folder of the same number is moved aside, not deleted, until the new one is in place; and
+when `latest` names a folder that is missing or incomplete (a crash in between), `latest_checkpoint`
+falls back to the newest complete one. So a crash at any moment leaves a checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -21,31 +24,39 @@ import torch
 STATE_FILE = "trainer_state.pt"
 
 
-def save_checkpoint(root: Path, step: int, write_model, state: dict[str, Any], keep: int = 3) -> Path:
+def save_checkpoint(root: Path, number: int, write_model, state: dict[str, Any], keep: int = 3) -> Path:
     """`write_model(folder)` writes the Hugging Face files; `state` is pickled beside them."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:06d}"
-    tmp = root / f".step-{step:06d}.tmp"
+    final = root / f"step-{number:06d}"
+    tmp, aside = root / f".{final.name}.tmp", root / f".{final.name}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     write_model(tmp)
     torch.save(state, tmp / STATE_FILE)
     _fsync_dir(tmp)
-    if final.exists():
-        shutil.rmtree(final)
+    if final.exists():  # the same number again (a resumed run): keep the old one until the new one is in place
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
     os.replace(tmp, final)
     _write_atomic(root / "latest", final.name)
-    for old in sorted(root.glob("step-*"))[:-keep]:
+    shutil.rmtree(aside, ignore_errors=True)
+    for old in _complete(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def latest_checkpoint(root: Path) -> Path | None:
+    """The checkpoint `latest` names, or the newest complete one when that is missing or incomplete."""
     pointer = root / "latest"
-    if not pointer.is_file():
-        return None
-    path = root / pointer.read_text().strip()
-    return path if (path / STATE_FILE).is_file() else None
+    if pointer.is_file() and (path := root / pointer.read_text().strip()).joinpath(STATE_FILE).is_file():
+        return path
+    complete = _complete(root)
+    return complete[-1] if complete else None
+
+
+def _complete(root: Path) -> list[Path]:
+    """Checkpoint folders with their trainer state, oldest first."""
+    return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
 
 
 def load_state(path: Path) -> dict[str, Any]:

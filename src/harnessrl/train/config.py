@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harnessrl.train.advantages import AdvantageKind
 from harnessrl.train.losses import Aggregation
+from harnessrl.train.precision import Precision
 
 
 class LoraConfig(BaseModel):
@@ -48,6 +49,10 @@ class TrainConfig(BaseModel):
     )
     kl: Literal["none", "k1", "k3"] = Field(default="none", description="KL-to-reference estimator")
     kl_coef: float = Field(default=0.0, ge=0, description="weight of the KL term")
+    kl_bias_correction: bool = Field(
+        default=False,
+        description="multiply the per-token KL by the importance ratio (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
+    )
     # optimisation
     lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -60,7 +65,10 @@ class TrainConfig(BaseModel):
         default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
     )
     lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
-    bf16: bool = Field(default=False, description="bf16 autocast for forward/backward (faster on CPUs with bf16)")
+    precision: Precision = Field(
+        default="fp32",
+        description="fp32, bf16 autocast, or auto: bf16 where the CPU has it natively (AVX-512 BF16 / AMX), else fp32",
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -68,6 +76,13 @@ class TrainConfig(BaseModel):
         if self.eps_low is None:
             self.eps_low = 1.0 if self.loss == "cispo" else 0.2
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bf16_renamed(cls, data):
+        if isinstance(data, dict) and "bf16" in data:
+            raise ValueError("bf16 is now precision: auto (bf16 where the CPU has it natively), bf16 or fp32")
+        return data
 
     @model_validator(mode="after")
     def _kl_needs_both(self) -> TrainConfig:

@@ -18,15 +18,38 @@ from typing import Literal
 
 import torch
 
+from harnessrl.policy.sampling import sampling_logprobs
+
 Aggregation = Literal["token", "sequence", "constant"]
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1])."""
-    logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # (B, T-1, V)
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+def token_logprobs(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    temperature: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1]).
+
+    With `temperature` and `top_p` ((B, T - 1), how each token was sampled), pi is the distribution
+    the sampler drew from (policy.sampling.sampling_logprobs: softmax(logits / T) cut to the top-p
+    nucleus, the scored token always kept), so the ratio against the recorded logprob is 1 on policy.
+    Without them it is the model's own softmax (SFT, T = 1). The entropy is that distribution's, in fp32.
+    """
+    logits = logits[:, :-1].float()  # (B, T-1, V)
+    targets = ids[:, 1:]
+    if temperature is None and top_p is None:
+        logp_all = torch.log_softmax(logits, dim=-1)
+    else:
+        rows, vocab = targets.shape, logits.shape[-1]
+        temperature = torch.ones(rows) if temperature is None else temperature
+        top_p = torch.ones(rows) if top_p is None else top_p
+        logp_all = sampling_logprobs(
+            logits.reshape(-1, vocab), temperature.reshape(-1), top_p.reshape(-1), keep=targets.reshape(-1)
+        ).reshape(*rows, vocab)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     with torch.no_grad():  # a diagnostic: no graph through the (B, T-1, V) products
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        entropy = torch.special.entr(logp_all.exp()).sum(-1)
     return logp, entropy
 
 
@@ -70,18 +93,28 @@ def cispo_loss(
     return -weight * advantages * logp, ratio
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k3"]) -> torch.Tensor:
+def kl_penalty(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    kind: Literal["k1", "k3"],
+    ratio: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimates on tokens sampled from pi (Schulman 2020, "Approximating KL").
 
     k1 = log pi - log pi_ref (unbiased, can be negative); k3 = exp(-k1) + k1 - 1 (unbiased for the
-    value, always >= 0, lower variance; the estimator GRPO uses).
+    value, always >= 0, lower variance; the estimator GRPO uses). The tokens were sampled by the
+    behaviour policy, not pi: with `ratio` (pi / pi_behaviour) the estimate is importance-weighted, which
+    removes that bias (DeepSeek-V3.2, eq. 7; TRL's `use_bias_correction_kl`, where it also keeps the
+    ratio's gradient).
     """
     k1 = logp - ref_logp
     if kind == "k1":
-        return k1
-    if kind == "k3":
-        return torch.exp(-k1) + k1 - 1
-    raise ValueError(f"unknown KL estimator {kind!r}")
+        kl = k1
+    elif kind == "k3":
+        kl = torch.exp(-k1) + k1 - 1
+    else:
+        raise ValueError(f"unknown KL estimator {kind!r}")
+    return kl if ratio is None else kl * ratio
 
 
 def truncated_is_weight(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float | None) -> torch.Tensor:

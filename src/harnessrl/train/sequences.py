@@ -5,7 +5,9 @@ as the gateway records it) is merged into that sequence: the new prompt tokens (
 turns, template glue) are appended with mask 0 and the completion with mask 1. A call that extends
 nothing (after a prune or a summary) starts a new sequence. Only sampled tokens of trainable calls
 carry loss: never prompt, tool or user tokens, never a frozen sub-agent's completion. Sequences with
-no loss token are dropped.
+no loss token are dropped. Each token also carries how it was drawn (temperature, top_p, and whether
+it was a sample at all), so the trainer scores the distribution that sampled it and never takes an
+importance ratio against a greedy token or a demonstration.
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ class Sequence:
     loss_mask: list[int]  # 1 where the token was sampled by a trainable call
     sampled_logprobs: list[float]  # behaviour logprob of each sampled token; 0.0 elsewhere
     versions: list[int]  # policy_version that sampled each token; -1 where not sampled
+    temperatures: list[float] = field(default_factory=list)  # the call's sampling temperature; 1.0 elsewhere
+    top_ps: list[float] = field(default_factory=list)  # the call's nucleus; 1.0 elsewhere
+    sampled: list[int] = field(default_factory=list)  # 1 where the token is a random draw (not greedy, not a demo)
     advantage: float = 0.0
     episode_id: str = ""
     calls: list[int] = field(default_factory=list)  # indices of the calls merged here
+
+    def __post_init__(self) -> None:  # built by hand without sampling details: samples at T = 1, no nucleus
+        self.temperatures = self.temperatures or [1.0] * len(self.ids)
+        self.top_ps = self.top_ps or [1.0] * len(self.ids)
+        self.sampled = self.sampled or [1] * len(self.ids)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -32,6 +42,11 @@ class Sequence:
     def loss_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    @property
+    def sampled_loss_tokens(self) -> int:
+        """Loss tokens an importance ratio may use (policy-gradient losses train on these only)."""
+        return sum(m and s for m, s in zip(self.loss_mask, self.sampled))
+
 
 def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence]:
     """The training sequences of one episode, each carrying the episode's advantage."""
@@ -39,13 +54,16 @@ def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence
     for index, call in enumerate(episode.calls):
         seq = _extended(sequences, call.prompt_ids)
         if seq is None:
-            seq = Sequence([], [], [], [], advantage, episode.id)
+            seq = Sequence([], [], [], [], advantage=advantage, episode_id=episode.id)
             sequences.append(seq)
         new_prompt = call.prompt_ids[len(seq.ids) :]
         seq.ids += new_prompt + call.completion_ids
         seq.loss_mask += [0] * len(new_prompt) + [int(call.trainable)] * len(call.completion_ids)
         seq.sampled_logprobs += [0.0] * len(new_prompt) + list(call.sampled_logprobs)
         seq.versions += [-1] * len(new_prompt) + [call.policy_version] * len(call.completion_ids)
+        seq.temperatures += [1.0] * len(new_prompt) + [call.temperature] * len(call.completion_ids)
+        seq.top_ps += [1.0] * len(new_prompt) + [call.top_p] * len(call.completion_ids)
+        seq.sampled += [0] * len(new_prompt) + [int(call.sampled)] * len(call.completion_ids)
         seq.calls.append(index)
     return [s for s in sequences if s.loss_tokens]
 

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import random
 import time
-from contextlib import nullcontext
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from harnessrl.policy import Policy
-from harnessrl.train import losses
+from harnessrl.train import losses, precision
 from harnessrl.train.advantages import group_advantages, is_degenerate
 from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logits
 from harnessrl.train.checkpoint import load_state, save_checkpoint
@@ -34,6 +35,8 @@ from harnessrl.train.config import TrainConfig
 from harnessrl.train.loggers import MetricLoggers
 from harnessrl.train.sequences import Sequence, episode_sequences
 from harnessrl.types import Episode
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -50,7 +53,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         self.tokenizer, self.policy, self.run_dir = tokenizer, policy, run_dir
-        self.model = copy.deepcopy(model).train()
+        # eval mode throughout: dropout off in every logprob pass (loss and proximal), gradients flow all the same
+        self.model = copy.deepcopy(model).eval()
         self._plain = None  # a plain copy to write merged LoRA weights into
         if config.lora is not None:
             import peft
@@ -63,6 +67,10 @@ class Trainer:
                     r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
                 ),
             )
+            self.model.eval()
+        _warn_dropout(model, config)
+        self.precision, self.precision_reason = precision.resolve(config.precision)
+        log.info("trainer: %s", self.precision_reason)
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl != "none" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -92,8 +100,9 @@ class Trainer:
                 dropped += 1
                 continue
             kept += list(zip(group, group_advantages(scores, self.config.advantage)))
-        # sequences
-        sequences = [s for episode, adv in kept for s in episode_sequences(episode, adv)]
+        # sequences: policy-gradient losses train on sampled tokens only (no greedy calls, no demonstrations)
+        all_sequences = [s for episode, adv in kept for s in episode_sequences(episode, adv)]
+        sequences = [s for s in all_sequences if s.sampled_loss_tokens]
         metrics = {
             "rollout/groups": len(groups),
             "rollout/groups_dropped_equal": dropped,
@@ -101,6 +110,7 @@ class Trainer:
             "rollout/episodes": sum(len(g) for g in groups),
             "rollout/failed": sum(e.status == "failed" for g in groups for e in g),
             "rollout/sequences": len(sequences),
+            "rollout/unsampled_loss_tokens": sum(s.loss_tokens - s.sampled_loss_tokens for s in all_sequences),
             **_reward_metrics([e for g in groups for e in g], rewards),
             **(extra or {}),
         }
@@ -130,9 +140,10 @@ class Trainer:
         micro = [
             micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)
         ]  # prompts shared (train/batches.py)
-        num_sequences, num_tokens = len(sequences), sum(s.loss_tokens for s in sequences)
-        version = self.policy.version if self.policy is not None else -1
         rl = objective == "rl"
+        num_sequences = len(sequences)
+        num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
+        version = self.policy.version if self.policy is not None else -1
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
 
@@ -141,9 +152,11 @@ class Trainer:
         stats = _Stats()
         for i, mb in enumerate(micro):
             with self._autocast():
-                logits = tail_logits(self.model, mb)  # (B, T, V), T: the tails after the shared prompts
-            logp, entropy = losses.token_logprobs(logits, mb.ids)  # (B, T-1)
-            mask = mb.mask
+                logits = tail_logits(self.model, mb)  # (B, T, V) fp32, T: the tails after the shared prompts
+            # RL scores the distribution each token was sampled from (temperature, nucleus); SFT the model's own
+            sampling = (mb.temperature, mb.top_p) if rl else ()
+            logp, entropy = losses.token_logprobs(logits, mb.ids, *sampling)  # (B, T-1)
+            mask = mb.mask * mb.sampled if rl else mb.mask
             if not rl:
                 per_token, ratio, weight, kl = -logp, None, None, None
             else:
@@ -158,7 +171,9 @@ class Trainer:
                 weight = losses.truncated_is_weight(prox[i], mb.behaviour, cfg.is_cap) if prox is not None else None
                 if weight is not None:
                     per_token = per_token * weight
-                kl = losses.kl_penalty(logp, ref[i], cfg.kl) if ref is not None else None
+                kl = None
+                if ref is not None:  # importance-weighted when asked: the tokens are the behaviour policy's samples
+                    kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
                 if kl is not None:
                     per_token = per_token + cfg.kl_coef * kl
             loss = losses.aggregate(
@@ -166,8 +181,8 @@ class Trainer:
             )
             loss.backward()
             stats.add(
-                loss, logp, entropy, mb, ratio, weight, kl, version if rl else -1, cfg
-            )  # demos: no staleness or gap
+                loss, logp, entropy, mb, mask, ratio, weight, kl, version if rl else -1, cfg
+            )  # demos: no staleness
 
         # optimizer step, weight push
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
@@ -183,6 +198,7 @@ class Trainer:
         metrics.update({
             "step": self.step,
             "policy_version": new_version,
+            "perf/bf16": int(self.precision == "bf16"),
             "optim/grad_norm": float(grad_norm),
             "optim/lr": self.scheduler.get_last_lr()[0],
             "perf/step_seconds": seconds,
@@ -197,12 +213,13 @@ class Trainer:
 
     @torch.no_grad()
     def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
+        """The sampling distribution's logprobs under `model` (the proximal policy or the reference)."""
         with self._autocast():
             logits = tail_logits(model, mb)
-        return losses.token_logprobs(logits, mb.ids)[0]
+        return losses.token_logprobs(logits, mb.ids, mb.temperature, mb.top_p)[0]
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16) if self.config.bf16 else nullcontext()
+        return precision.autocast(self.precision)
 
     # ---- weights, checkpoints, logs ---------------------------------------------------------
 
@@ -238,7 +255,8 @@ class Trainer:
             self.model.save_pretrained(folder / "adapter")
         self.tokenizer.save_pretrained(folder)
 
-    def save(self, root: Path, cursor: dict[str, Any] | None = None) -> Path:
+    def save(self, root: Path, cursor: dict[str, Any] | None = None, number: int | None = None) -> Path:
+        """A checkpoint under `root`, numbered by `number` (the caller's own counter, e.g. RL updates) or the step."""
         state = {
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
@@ -248,7 +266,7 @@ class Trainer:
             "cursor": cursor or {},
             "config": self.config.model_dump(),
         }
-        return save_checkpoint(root, self.step, self.write_model, state)
+        return save_checkpoint(root, self.step if number is None else number, self.write_model, state)
 
     def resume(self, path: Path) -> dict[str, Any]:
         """Restore weights, optimizer, schedule, step and RNG from a checkpoint; returns its data cursor."""
@@ -290,9 +308,8 @@ class _Stats:
             self.mins[key] = min(self.mins.get(key, math.inf), float(picked.min()))
             self.maxs[key] = max(self.maxs.get(key, -math.inf), float(picked.max()))
 
-    def add(self, loss, logp, entropy, mb, ratio, weight, kl, version, cfg) -> None:
+    def add(self, loss, logp, entropy, mb, mask, ratio, weight, kl, version, cfg) -> None:
         self.loss += float(loss.detach())
-        mask = mb.mask
         self._add("policy/entropy", entropy, mask)
         if version >= 0:  # train/sample gap on tokens the current weights sampled
             same = mask * (mb.versions == version)
@@ -320,6 +337,17 @@ class _Stats:
             else:
                 out[key] = total / count
         return out
+
+
+def _warn_dropout(model, config: TrainConfig) -> None:
+    """Dropout would make the logprobs the loss sees differ from the sampler's; the trainer runs with it off."""
+    rates = {k: v for k, v in model.config.to_dict().items() if "dropout" in k and isinstance(v, float) and v > 0}
+    if config.lora is not None and config.lora.dropout > 0:
+        rates["lora.dropout"] = config.lora.dropout
+    if rates:
+        warnings.warn(
+            f"dropout is off while training ({rates} ignored): logprobs must be scored as sampled", stacklevel=3
+        )
 
 
 def _reward(episode: Episode) -> float:

@@ -1,0 +1,70 @@
+"""Token reuse under chat templates other than tiny's own: glue before the end-of-turn, and a template that raises."""
+
+import pytest
+
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.policy import Policy
+from harnessrl.policy.tiny import build_tiny
+from tests.conftest import ADMIN_KEY
+
+# ChatML that ends an assistant turn with a newline before <|im_end|> (several real templates do)
+NEWLINE_BEFORE_END = (
+    "{%- for message in messages -%}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{{ '\\n' if message.role == 'assistant' }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}"
+)
+# ChatML that refuses control characters in any message (the gateway's stand-in turn has one)
+REFUSES_CONTROL_CHARACTERS = (
+    "{%- for message in messages -%}"
+    "{%- if message.content and '\x1f' in message.content %}{{ raise_exception('control characters') }}{% endif -%}"
+    "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}"
+)
+
+
+@pytest.fixture
+async def gateway_with(request):
+    """A gateway over tiny with the chat template the test is parametrized with."""
+    model, tokenizer = build_tiny(seed=0)
+    tokenizer.chat_template = request.param
+    policy = Policy(model, tokenizer, "tiny-variant")
+    client = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
+    yield policy, client
+    await client.aclose()
+    policy.close()
+
+
+@pytest.mark.parametrize("gateway_with", [NEWLINE_BEFORE_END], indirect=True)
+async def test_text_before_the_end_of_turn_is_not_repeated_after_a_sampled_end_of_turn(gateway_with):
+    policy, gateway = gateway_with
+    episode_id, key = await gateway.create_episode()
+    llm = gateway.openai(key)
+    question = [{"role": "user", "content": "Weather?"}]
+    reply = {"role": "assistant", "content": "It is sunny."}
+    await llm.post("/demonstrations", cast_to=object, body={"messages": question, "reply": reply})
+    follow_up = [*question, reply, {"role": "user", "content": "And tomorrow?"}]
+    await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=2)
+    first, second = (await gateway.episode(episode_id)).calls
+    assert policy.decode(first.completion_ids) == "It is sunny.\n<|im_end|>"  # ends on the end-of-turn token
+    assert second.extends_call == 0 and second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
+    # what follows the end-of-turn is the template's "\n<|im_start|>user ...", not a second "\n<|im_end|>"
+    assert second.prompt_ids == policy.encode(policy.render(follow_up, None, generation_prompt=True))
+
+
+@pytest.mark.parametrize("gateway_with", [REFUSES_CONTROL_CHARACTERS], indirect=True)
+async def test_a_template_that_raises_on_extension_starts_a_new_sequence(gateway_with):
+    policy, gateway = gateway_with
+    episode_id, key = await gateway.create_episode()
+    llm = gateway.openai(key)
+    messages = [{"role": "user", "content": "Weather?"}]
+    r = await llm.chat.completions.create(model="tiny", messages=messages, max_tokens=4, seed=1)
+    follow_up = [
+        *messages,
+        {"role": "assistant", "content": r.choices[0].message.content},
+        {"role": "user", "content": "ok"},
+    ]
+    again = await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=4, seed=2)
+    assert again.choices[0].message is not None  # a 200, not a 500
+    first, second = (await gateway.episode(episode_id)).calls
+    assert second.extends_call is None  # a fresh render, never a silent misalignment
+    assert second.prompt_ids == policy.encode(policy.render(follow_up, None, generation_prompt=True))
