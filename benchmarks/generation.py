@@ -13,8 +13,15 @@ in one run:
               gateway's, reported beside it)
 batched_vs_sequential = batched tok/s / sequential tok/s; gateway_overhead = batched tok/s /
 gateway tok/s - 1 (the gateway's HTTP, validation, templating, recording and response on top of the
-engine); openai_client_overhead likewise for the openai path. Medians over repeats. The last line
-is one JSON object.
+engine); openai_client_overhead likewise for the openai path.
+Mixed load (head-of-line blocking): 24 short requests (32 tokens each) start together, alone or with
+one 3,000-token prompt arriving at the same moment; short_p99_ratio = p99 latency of the short
+requests with the long prompt / without it (goal <= 2), long_prompt_seconds = the long request's own
+latency. Measured with the engine's defaults (chunked prefill, held to about one decode step's time
+per step while rows decode: `prefill_share` 1.0), with the cap lifted (`_uncapped`, what the RL job
+runs for throughput) and with chunking off (every admitted prompt prefilled together, padded to the
+longest, as before: the baseline, `_unchunked`).
+Medians over repeats. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -81,6 +88,52 @@ async def _openai(gateway: GatewayClient, conversations: list[list[dict]], max_t
     return elapsed, sum(r.usage.completion_tokens for r in responses)
 
 
+async def _mixed(policy: Policy, shorts: list[list[int]], long: list[int] | None) -> tuple[list[float], float]:
+    """Latencies of the short requests (and of the long one) when all start together."""
+    params = SamplingParams(max_tokens=32, ignore_eos=True, seed=0)
+
+    async def timed(prompt: list[int]) -> float:
+        start = time.perf_counter()
+        await policy.engine.generate(prompt, params)
+        return time.perf_counter() - start
+
+    latencies = await asyncio.gather(*(timed(p) for p in ([*shorts, long] if long else shorts)))
+    return (list(latencies[: len(shorts)]), latencies[-1] if long else 0.0)
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _mixed_load(policy: Policy, conversations: list[list[dict]], repeats: int) -> dict[str, float]:
+    shorts = [policy.encode(policy.render(m, None, True)) for m in (conversations * 3)[:24]]
+    long = policy.encode(policy.render([{"role": "user", "content": "one more word " * 1000}], None, True))[:3000]
+    out = {}
+    engine = policy.engine
+    for label, chunk, share in (("", 512, engine.prefill_share), ("_uncapped", 512, None), ("_unchunked", 10**9, None)):
+        saved = engine.prefill_chunk, engine.prefill_budget, engine.prefill_share
+        engine.prefill_chunk, engine.prefill_budget, engine.prefill_share = chunk, max(chunk, saved[1]), share
+        ratios, p50s, long_seconds = [], [], []
+        for _ in range(repeats):
+            alone, _ = await _mixed(policy, shorts, None)
+            mixed, seconds = await _mixed(policy, shorts, long)
+            ratios.append(_p(mixed, 0.99) / _p(alone, 0.99))
+            p50s.append((_p(alone, 0.5), _p(mixed, 0.5), _p(alone, 0.99), _p(mixed, 0.99)))
+            long_seconds.append(seconds)
+        engine.prefill_chunk, engine.prefill_budget, engine.prefill_share = saved
+        a50, m50, a99, m99 = (statistics.median(x) for x in zip(*p50s))
+        print(f"mixed{label or ' (chunked)'}: short p50 {a50:.2f} -> {m50:.2f} s, p99 {a99:.2f} -> {m99:.2f} s "
+              f"with a {len(long)}-token prompt, which took {statistics.median(long_seconds):.2f} s")  # fmt: skip
+        out |= {
+            f"short_p99_ratio{label}": round(statistics.median(ratios), 3),
+            f"long_prompt_seconds{label}": round(statistics.median(long_seconds), 3),
+            f"short_p50_seconds{label}": round(m50, 3),
+            f"short_p99_seconds{label}": round(m99, 3),
+        }
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=32)
@@ -108,6 +161,7 @@ async def main() -> None:
                 rates[name].append(tokens / seconds)
                 print(f"{name:>10}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:,.0f} tok/s")
         await gateway.aclose()
+    mixed = await _mixed_load(policy, conversations, args.repeats)
     policy.close()
 
     tok_s = {k: statistics.median(v) for k, v in rates.items()}
@@ -123,6 +177,7 @@ async def main() -> None:
         "batched_tok_s": round(tok_s["batched"]),
         "gateway_tok_s": round(tok_s["gateway"]),
         "openai_tok_s": round(tok_s["openai"]),
+        **mixed,
     }))  # fmt: skip
 
 

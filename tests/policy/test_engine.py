@@ -137,3 +137,22 @@ async def test_a_cancelled_request_frees_its_row_and_spares_the_rest(policy):
     assert len(done.ids) == 60
     await asyncio.sleep(0.1)
     assert policy.engine._rows == []  # the abandoned row stopped decoding
+
+
+async def test_long_prompts_are_prefilled_in_chunks_with_the_logprobs_of_a_whole_forward():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    policy.engine.prefill_chunk = 64  # every prompt over 64 tokens goes in chunks, several steps each
+    try:
+        long = policy.encode(policy.render([{"role": "user", "content": "word " * 150}], None, True))
+        short = _prompts(policy, 4)
+        assert len(long) > 3 * 64 and all(len(p) <= 64 for p in short)
+        params = SamplingParams(max_tokens=6, seed=1, ignore_eos=True)
+        done = await asyncio.gather(*(policy.engine.generate(p, params) for p in [long, *short]))
+        for prompt, (completion,) in zip([long, *short], done):
+            ref = _reference_logprobs(policy.model, prompt, completion.ids)
+            assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
+        assert policy.engine.active == 0
+    finally:
+        policy.close()

@@ -11,6 +11,7 @@ The gateway knows the policy and episodes; it knows nothing about rewards or tra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from harnessrl.gateway.bodylimit import BodyLimit
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
-from harnessrl.gateway.prompts import Turn, build_prompt
+from harnessrl.gateway.prompts import TEMPLATE_ERRORS, PromptError, Turn, build_prompt
 from harnessrl.gateway.schema import (
     ChatRequest,
     Demonstration,
     EpisodeCreate,
     EpisodeFinish,
     FunctionCall,
+    InputError,
     Message,
     NamedToolChoice,
     ToolCall,
@@ -58,13 +61,22 @@ def create_app(
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
-    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None, max_body_size=max_request_bytes)
+    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # a JSON 413 (FastAPI's own is plain text)
     store = EpisodeStore()
     app.state.store, app.state.policy = store, policy
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return _error_response(exc.status, exc.message, exc.param, exc.code)
+
+    @app.exception_handler(InputError)
+    async def _bad_input(_: Request, exc: InputError) -> JSONResponse:
+        return _error_response(400, str(exc), exc.param, "invalid_value")
+
+    @app.exception_handler(PromptError)
+    async def _unrenderable(_: Request, exc: PromptError) -> JSONResponse:
+        return _error_response(400, f"messages: {exc}", "messages", "template_error")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -130,7 +142,7 @@ def create_app(
 
     @app.get("/v1/episodes/{episode_id}")
     async def get_episode(record: EpisodeRecord = Depends(episode_of)) -> Response:
-        return _episode_response(record.episode)
+        return await _episode_response(record.episode)
 
     @app.delete("/v1/episodes/{episode_id}")
     async def delete_episode(episode_id: str, _: Caller = Depends(admin)) -> dict:
@@ -145,9 +157,14 @@ def create_app(
         deadline = time.monotonic() + finish_wait_seconds
         while record.in_flight and time.monotonic() < deadline:  # let calls still generating land first
             await asyncio.sleep(0.01)
-        episode = record.episode
-        episode.outcome, episode.status, episode.failure_reason = body.outcome, body.status, body.failure_reason
-        return _episode_response(episode)
+        if record.episode.status != "running":  # finished by a concurrent request meanwhile
+            raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
+        # atomic: the finished episode is built and serialised first, and only then replaces the running one
+        update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
+        finished = record.episode.model_copy(update=update)
+        line = await asyncio.to_thread(finished.model_dump_json)
+        record.episode = finished
+        return Response(line, media_type="application/json")
 
     @app.post("/v1/demonstrations")
     async def demonstrate(body: Demonstration, who: Caller = Depends(caller)) -> dict:
@@ -159,8 +176,8 @@ def create_app(
         if record.episode.status != "running":
             raise APIError(409, f"episode is {record.episode.status}", code="episode_finished")
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        prompt = build_prompt(policy, body.messages, tools, record.episode.calls, record.turns)
-        completion = _rendered_reply(policy, prompt.text, body.messages, body.reply, tools)
+        prompt = await asyncio.to_thread(build_prompt, policy, body.messages, tools, record.episode.calls, record.turns)
+        completion = await asyncio.to_thread(_rendered_reply, policy, prompt.text, body.messages, body.reply, tools)
         record.episode.calls.append(Call(
             agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
             policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
@@ -174,14 +191,15 @@ def create_app(
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, who: Caller = Depends(caller)) -> JSONResponse:
+    async def chat(body: ChatRequest, request: Request, who: Caller = Depends(caller)) -> Response:
         record = who.record
         if record is not None and record.episode.status != "running":
             raise APIError(409, f"episode is {record.episode.status}; create a new one", code="episode_finished")
         agent, trainable = _caller_metadata(body, record)
         tools = body.tool_specs()
         calls, turns = (record.episode.calls, record.turns) if record else ([], [])
-        prompt = build_prompt(policy, body.messages, tools, calls, turns)
+        # tokenising and rendering a long request takes seconds: never on the event loop
+        prompt = await asyncio.to_thread(build_prompt, policy, body.messages, tools, calls, turns)
         forced = OPEN if body.tool_choice == "required" or isinstance(body.tool_choice, NamedToolChoice) else ""
         prompt_ids = prompt.ids + policy.encode(forced) if forced else prompt.ids
         room = policy.context - len(prompt_ids)
@@ -204,10 +222,12 @@ def create_app(
         if record is not None:
             record.in_flight += 1
         try:
-            completions = await policy.engine.generate(prompt_ids, params, body.n)
+            completions = await _unless_disconnected(request, policy.engine.generate(prompt_ids, params, body.n))
         finally:
             if record is not None:
                 record.in_flight -= 1
+        if completions is None:  # the client went away: its rows are freed, nothing is recorded
+            return Response(status_code=499)
         if record is not None and prompt.extends_call in record.held_choices:  # the agent kept this choice of n
             record.episode.calls[prompt.extends_call].trainable = record.held_choices.pop(prompt.extends_call)
         choices = []
@@ -247,7 +267,12 @@ def _rendered_reply(
     policy: Policy, head: str, messages: list[Message], reply: Message, tools: list[dict] | None
 ) -> list[int]:
     """The ids of an assistant turn as the chat template renders it, through its end-of-turn token."""
-    full = policy.render([m.for_template() for m in messages] + [reply.for_template()], tools, generation_prompt=False)
+    try:
+        full = policy.render(
+            [m.for_template() for m in messages] + [reply.for_template()], tools, generation_prompt=False
+        )
+    except TEMPLATE_ERRORS as exc:
+        raise PromptError(f"the chat template cannot render the reply: {type(exc).__name__}: {exc}") from None
     eos = policy.tokenizer.eos_token or ""
     end = full.rfind(eos, len(head)) if eos else -1
     if not full.startswith(head) or end < 0:
@@ -315,12 +340,33 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
     return out
 
 
-def _episode_response(episode) -> Response:
-    # pydantic serialises the long id lists itself; FastAPI's jsonable_encoder would walk them in Python
-    return Response(episode.model_dump_json(), media_type="application/json")
+async def _episode_response(episode) -> Response:
+    # pydantic serialises the long id lists itself (FastAPI's jsonable_encoder would walk them in Python),
+    # in a thread: a long episode takes a while and the event loop serves everyone else meanwhile
+    return Response(await asyncio.to_thread(episode.model_dump_json), media_type="application/json")
+
+
+async def _unless_disconnected(request: Request, work, poll_seconds: float = 0.05):
+    """The result of `work`, or None when the client disconnects first (the work is then cancelled: the
+    engine frees a cancelled request's rows at its next decode step)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await asyncio.wait({task}, timeout=poll_seconds)
+        if not task.done() and await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return None
+    return task.result()
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
     kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 500: "server_error"}
     kind = kinds.get(status, "invalid_request_error")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+    error = {"message": _printable(message), "type": kind, "param": param and _printable(param), "code": code}
+    return JSONResponse({"error": error}, status_code=status)
+
+
+def _printable(text: str) -> str:
+    """An error that quotes the bad input must still be sendable: lone surrogates become escapes."""
+    return text.encode("utf-8", "backslashreplace").decode()

@@ -26,6 +26,12 @@ from harnessrl.policy import Policy
 from harnessrl.types import Call
 
 _SENTINEL = "\x1fharnessrl-assistant-turn\x1f"
+# what a chat template raises on data it cannot render (jinja errors, filters given the wrong type, ...)
+TEMPLATE_ERRORS = (TemplateError, TypeError, ValueError, KeyError, AttributeError, RecursionError)
+
+
+class PromptError(ValueError):
+    """The model's chat template cannot render this request (a 400, not a 500)."""
 
 
 @dataclass
@@ -51,7 +57,10 @@ def build_prompt(
     policy: Policy, messages: list[Message], tools: list[dict] | None, calls: list[Call], turns: list[Turn]
 ) -> Prompt:
     dicts = [m.for_template() for m in messages]
-    text = policy.render(dicts, tools, generation_prompt=True)
+    try:
+        text = policy.render(dicts, tools, generation_prompt=True)
+    except TEMPLATE_ERRORS as exc:
+        raise PromptError(f"the chat template cannot render this request: {type(exc).__name__}: {exc}") from None
     prompt = Prompt([], text, None, json.dumps(tools, sort_keys=True), [m.identity() for m in messages])
     for index in _candidates(prompt, turns):
         ids = _extend(policy, dicts, tools, calls[index], turns[index])
@@ -83,7 +92,7 @@ def _extend(policy: Policy, dicts: list[dict], tools: list[dict] | None, call: C
     try:
         before = policy.render(dicts[:m] + [stand_in], tools, generation_prompt=False)
         after = policy.render(dicts[:m] + [stand_in] + dicts[m + 1 :], tools, generation_prompt=True)
-    except TemplateError:
+    except TEMPLATE_ERRORS:
         return None  # the template refuses the stand-in turn: render fresh, a new sequence
     head = turn.prompt_text + _SENTINEL
     if not before.startswith(head) or not after.startswith(before):

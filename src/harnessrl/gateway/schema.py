@@ -3,20 +3,78 @@
 Unknown fields are rejected with their name (as OpenAI does), so a typo never silently changes a
 run. Fields OpenAI defines that cannot change what the tiny engine does are accepted and ignored;
 those that would change sampling are accepted only at their neutral value.
+
+Before any field is validated, every request body is walked once (`check_json`): text must be valid
+Unicode (a lone surrogate such as "\\ud800" cannot be tokenised or stored), numbers finite, and no
+value nested deeper than MAX_DEPTH. What passes can be tokenised, rendered and stored as a JSON line,
+so an accepted episode can always be read back. A failure raises `InputError` naming the path.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harnessrl.types import Outcome, Task
 
+MAX_DEPTH = 48  # levels of nesting in a request body (the deepest legitimate one, a JSON Schema, is far below)
+SEED_RANGE = (-(2**63), 2**63 - 1)  # int64, as OpenAI; seed + i for choice i still fits torch's 64-bit seeds
+
+
+class InputError(Exception):
+    """A request value that can be parsed but not accepted; `param` is its path (`messages.0.content`).
+
+    Not a ValueError on purpose: pydantic lets it through untouched, so the gateway answers 400 naming
+    the exact path instead of a validation error about the whole body."""
+
+    def __init__(self, path: tuple, message: str):
+        shown = [str(p).encode("utf-8", "backslashreplace").decode() for p in path[:12]]  # a key can be the bad text
+        self.param = ".".join(shown) + (".…" if len(path) > 12 else "") or None
+        super().__init__(f"{self.param or 'body'}: {message}")
+
+
+def check_json(value: Any, path: tuple = ()) -> None:
+    """Every string (keys too) encodable as UTF-8, every float finite, nothing deeper than MAX_DEPTH."""
+    stack = [(value, path)]
+    while stack:  # iterative: a hostile body must not exhaust Python's recursion
+        value, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise InputError(path, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            _encodable(value, path)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError(path, f"{value} is not a JSON number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _encodable(str(key), (*path, key))
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, i)) for i, item in enumerate(value))
+
+
+def _encodable(text: str, path: tuple) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(path, f"not valid Unicode text: a lone surrogate at character {exc.start}") from None
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Body(_Strict):
+    """A whole request body: checked by `check_json` before its fields are validated."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        check_json(data)
+        return data
 
 
 class TextPart(_Strict):
@@ -79,8 +137,18 @@ class Message(_Strict):
 class FunctionSpec(_Strict):
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: dict[str, Any] = Field(default_factory=dict, description="a JSON Schema (checked before any template)")
     strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            jsonschema.Draft202012Validator.check_schema(v)
+        except jsonschema.SchemaError as exc:
+            where = ".".join(map(str, exc.path)) or "the schema"
+            raise ValueError(f"not a JSON Schema at {where}: {exc.message}") from None
+        return v
 
 
 class Tool(_Strict):
@@ -97,23 +165,23 @@ class ResponseFormat(_Strict):
     type: Literal["text"]
 
 
-class ChatRequest(_Strict):
+class ChatRequest(_Body):
     messages: list[Message] = Field(min_length=1)
     model: str | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
     n: int = Field(default=1, ge=1, le=16)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     logprobs: bool = False
     top_logprobs: Literal[0] | None = None
     ignore_eos: bool = Field(default=False, description="extension (as vLLM): sample until max_tokens")
     metadata: dict[str, str] | None = Field(
-        default=None, description="`agent` names the caller; `trainable`: 'false' freezes it"
+        default=None, max_length=16, description="`agent` names the caller; `trainable`: 'false' freezes it"
     )
     stream: Literal[False] = False
     frequency_penalty: Literal[0] | None = None
@@ -128,6 +196,14 @@ class ChatRequest(_Strict):
     stream_options: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_sizes(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (v or {}).items():  # OpenAI's limits
+            if len(key) > 64 or len(value) > 512:
+                raise ValueError(f"metadata {key[:64]!r}: keys up to 64 characters, values up to 512")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -154,7 +230,7 @@ class ChatRequest(_Strict):
         return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
 
 
-class Demonstration(_Strict):
+class Demonstration(_Body):
     """A scripted expert's turn: the conversation so far and the assistant message it chose."""
 
     messages: list[Message] = Field(min_length=1)
@@ -168,20 +244,22 @@ class Demonstration(_Strict):
         return self
 
 
-class EpisodeCreate(_Strict):
+class EpisodeCreate(_Body):
     task: Task = Field(default_factory=Task)
     agent: str = Field(default="main", description="agent name recorded on calls that do not name one")
     trainable: bool = Field(default=True, description="default for calls of this episode")
 
 
-class EpisodeFinish(_Strict):
+class EpisodeFinish(_Body):
     outcome: Outcome = Field(default_factory=Outcome)
     status: Literal["finished", "failed"] = "finished"
     failure_reason: str | None = None
 
 
 def _canonical_json(text: str) -> str:
+    """The arguments in one canonical form; text that does not parse (or is hostile: 5,000-digit numbers,
+    nesting that exhausts the recursion limit) compares as itself."""
     try:
         return json.dumps(json.loads(text), sort_keys=True)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is int's digit limit
         return text

@@ -10,6 +10,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from harnessrl.gateway.schema import InputError, check_json
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
@@ -30,8 +32,11 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> Parsed:
     for i, block in enumerate(BLOCK.findall(text)):
         try:
             call = json.loads(block)
+            check_json(call)  # the model can write "\\ud800" or NaN too: what is returned must be storable
         except json.JSONDecodeError as exc:
             return Parsed(text, [], f"tool call {i}: bad JSON: {exc.msg} at char {exc.pos}")
+        except (ValueError, RecursionError, InputError) as exc:  # 5,000-digit numbers, 3,000-deep nesting
+            return Parsed(text, [], f"tool call {i}: bad JSON: {str(exc)[:200]}")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return Parsed(text, [], f"tool call {i}: expected an object with a string 'name'")
         arguments = call.get("arguments", {})

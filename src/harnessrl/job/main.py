@@ -68,6 +68,7 @@ class _Job:
             raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
         index = SearchIndex(docs, out / "index")
         self.policy = Policy.load(config.model, seed=config.seed)
+        self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)
         self.gateway = GatewayClient(ADMIN, app=create_app(self.policy, ADMIN))
         a = config.agent
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)

@@ -1,10 +1,21 @@
 """Continuous batching for a Hugging Face causal LM on one device, with a KV cache.
 
 One background thread owns the model. Requests join the running batch at the next decode step
-(their prompts are prefilled together, then their KV rows are left-padded into the batch) and
-leave it the step they finish, so a short request never waits for a long one. Every decode step
-is one forward pass for all rows. Rows are left-aligned with padding: each row keeps its own
-position ids and the attention mask hides the padding.
+and leave it the step they finish, so a short request never waits for a long one. Each step of the
+loop does a bounded amount of prefill, then one decode forward for all running rows:
+- prompts up to `prefill_chunk` tokens are prefilled together, shortest first, as many as fit in
+  `prefill_budget` padded tokens (so a batch is never padded to a long prompt);
+- a longer prompt is prefilled `prefill_chunk` tokens per step into its own KV cache (chunked
+  prefill), so a 3,000-token prompt delays the running rows' next token by one chunk, not by all of it;
+- while rows are decoding, a step's prefill is also held to about `prefill_share` times the time of
+  a decode step (both measured as the engine runs; at least 16 tokens or one short prompt): on a CPU
+  a prefill token costs about what a decode token does, so without this a 512-token chunk still makes
+  each of the running rows' steps ~20x slower. With the default 0.5 their tokens come about 1.5-2x
+  slower while a long prompt is prefilled; `prefill_share=None` lifts the cap (throughput over
+  latency: the RL job's rollouts).
+A prompt whose KV cache is complete samples its first token and its KV rows are left-padded into the
+running batch. Rows are left-aligned with padding: each row keeps its own position ids and the
+attention mask hides the padding.
 
 Weights can be replaced between two decode steps (`update_weights`): the version goes up by one
 and rows still generating continue from their cache (in-flight update, as PipelineRL does). A
@@ -19,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -55,7 +67,7 @@ class _RowFuture(Future):
     abandoned = False  # the asyncio caller was cancelled: stop decoding this row
 
 
-@dataclass
+@dataclass(eq=False)  # rows are compared by identity (`in`, `remove`)
 class _Row:
     prompt: list[int]
     params: SamplingParams
@@ -65,15 +77,30 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     version: int = -1
     done: Completion | None = None
+    cache: DynamicCache | None = None  # a long prompt's KV cache while it is prefilled chunk by chunk
+    prefilled: int = 0  # prompt tokens already in `cache`
 
 
 class Engine:
-    def __init__(self, model, eos_ids: set[int], decode, max_batch: int = 64, max_prefill_tokens: int = 16384):
+    def __init__(
+        self,
+        model,
+        eos_ids: set[int],
+        decode,
+        max_batch: int = 64,
+        prefill_chunk: int = 512,
+        prefill_budget: int = 16384,
+        prefill_share: float | None = 0.5,
+    ):
         self.model = model
         self.eos_ids = eos_ids
         self.decode = decode  # ids -> text, used for stop strings only
         self.max_batch = max_batch
-        self.max_prefill_tokens = max_prefill_tokens
+        self.prefill_chunk = prefill_chunk  # longer prompts are prefilled this many tokens per step
+        self.prefill_budget = prefill_budget  # padded tokens of short prompts prefilled together per step
+        self.prefill_share = prefill_share  # prefill time per step / decode time per step, while rows decode
+        self._decode_seconds = self._token_seconds = 0.0  # moving averages: a decode step, a prefill token
+        self._prefilling: list[_Row] = []  # admitted, prompt not yet in the batch's cache
         self.context = model.config.max_position_embeddings
         self.version = 0
         self._pending: deque[_Row] = deque()
@@ -113,6 +140,11 @@ class Engine:
                 f.abandoned = True
             raise
 
+    @property
+    def active(self) -> int:
+        """Requests admitted and not yet finished (prefilling or decoding)."""
+        return len(self._rows) + len(self._prefilling)
+
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         return self.submit(prompt_ids, params).result()
 
@@ -128,7 +160,7 @@ class Engine:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout=30)
-        for row in [*self._pending, *self._rows]:
+        for row in [*self._pending, *self._prefilling, *self._rows]:
             if not row.future.done():
                 row.future.set_exception(RuntimeError("engine closed before the completion finished"))
 
@@ -138,33 +170,29 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self._wake:
-                while not self._closed and not self._pending and not self._rows:
+                while not self._closed and not self._pending and not self._rows and not self._prefilling:
                     self._wake.wait()
                 if self._closed:
                     return
-                new = self._take_pending()
+                self._prefilling += self._take_pending()
             with self._step_lock, torch.inference_mode():
                 try:
-                    if new:
-                        self._admit(new)
+                    self._prefill_step()
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*new, *self._rows]:
+                    for row in [*self._prefilling, *self._rows]:
                         if not row.future.done():
                             row.future.set_exception(exc)
+                    self._prefilling = []
                     self._reset_batch()
 
     def _take_pending(self) -> list[_Row]:
-        new, tokens = [], 0
-        while self._pending and len(self._rows) + len(new) < self.max_batch:
-            size = len(self._pending[0].prompt)
-            if new and tokens + size > self.max_prefill_tokens:
-                break
+        new = []
+        while self._pending and len(self._rows) + len(self._prefilling) + len(new) < self.max_batch:
             row = self._pending.popleft()
             if row.future.set_running_or_notify_cancel() and not row.future.abandoned:  # else its caller gave up
                 new.append(row)
-                tokens += size
         return new
 
     def _reset_batch(self) -> None:
@@ -173,18 +201,64 @@ class Engine:
         self._mask = torch.zeros(0, 0, dtype=torch.long)  # (B, T) 1 = real token
         self._last = torch.zeros(0, dtype=torch.long)  # (B,) sampled, not yet in the cache
 
-    def _admit(self, new: list[_Row]) -> None:
-        """Prefill the new prompts together, sample their first tokens, merge them into the batch."""
+    def _prefill_step(self) -> None:
+        """This step's prefill: short prompts together (shortest first, within the budget), then one
+        chunk of the oldest long prompt."""
+        for r in [r for r in self._prefilling if r.future.abandoned]:  # their callers gave up
+            r.future.set_exception(asyncio.CancelledError())
+        waiting = [r for r in self._prefilling if not r.future.abandoned]
+        budget, chunk = self.prefill_budget, self.prefill_chunk
+        throttled = bool(self._rows) and self.prefill_share is not None and self._token_seconds > 0
+        if throttled:  # running rows wait for this step's prefill: hold it to about one decode step's time
+            allowed = int(self.prefill_share * self._decode_seconds / self._token_seconds)
+            budget, chunk = min(budget, allowed), min(chunk, max(16, allowed))
+        short = sorted((r for r in waiting if len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt))
+        batch = [r for i, r in enumerate(short) if (i + 1) * len(r.prompt) <= budget] or short[:1]
+        long = next((r for r in waiting if len(r.prompt) > self.prefill_chunk), None)
+        self._prefilling = [r for r in waiting if r not in batch]
+        if batch:
+            self._timed(lambda: self._prefill_whole(batch), len(batch) * max(len(r.prompt) for r in batch))
+        if long is not None and not (batch and throttled):
+            size = min(chunk, len(long.prompt) - long.prefilled)
+            if self._timed(lambda: self._prefill_chunk(long, size), size):
+                self._prefilling.remove(long)
+
+    def _timed(self, prefill, tokens: int):
+        """Run a prefill and fold its seconds per (padded) token into the moving average."""
+        started = time.perf_counter()
+        result = prefill()
+        self._token_seconds = _average(self._token_seconds, (time.perf_counter() - started) / tokens)
+        return result
+
+    def _prefill_whole(self, new: list[_Row]) -> None:
+        """Prefill whole prompts together (left-padded), sample their first tokens, merge them into the batch."""
         width = max(len(r.prompt) for r in new)
         ids = torch.tensor([[0] * (width - len(r.prompt)) + r.prompt for r in new])  # (n, L)
         mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in new])
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         cache = DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, logits_to_keep=1)
+        self._join(new, _kv(cache), mask, out.logits[:, -1])
+
+    def _prefill_chunk(self, r: _Row, size: int) -> bool:
+        """Prefill the next `size` tokens of one long prompt into its own cache; True once the row joined the batch."""
+        start, r.cache = r.prefilled, r.cache or DynamicCache()
+        chunk = r.prompt[start : start + size]
+        positions = torch.arange(start, start + len(chunk))[None]
+        out = self.model(input_ids=torch.tensor([chunk]), position_ids=positions, cache=r.cache, logits_to_keep=1)
+        r.prefilled += len(chunk)
+        if r.prefilled < len(r.prompt):
+            return False
+        self._join([r], _kv(r.cache), torch.ones(1, len(r.prompt), dtype=torch.long), out.logits[:, -1])
+        r.cache = None
+        return True
+
+    def _join(self, new: list[_Row], kv: list, mask: torch.Tensor, logits: torch.Tensor) -> None:
+        """Sample the first tokens of prefilled rows and merge their KV rows into the running batch."""
+        width = mask.shape[1]
         for r in new:
             r.version = self.version
-        first = self._sample(new, out.logits[:, -1])
-        kv = _kv(cache)
+        first = self._sample(new, logits)
         if self._rows:
             total = max(self._mask.shape[1], width)
             kv = [
@@ -201,6 +275,11 @@ class Engine:
 
     def _decode_step(self) -> None:
         """Feed every row its last sampled token; sample the next one."""
+        started = time.perf_counter()
+        self._decode()
+        self._decode_seconds = _average(self._decode_seconds, time.perf_counter() - started)
+
+    def _decode(self) -> None:
         self._mask = torch.cat([self._mask, torch.ones(len(self._rows), 1, dtype=torch.long)], dim=1)
         positions = torch.tensor([[len(r.prompt) + len(r.ids) - 1] for r in self._rows])
         out = self.model(
@@ -305,6 +384,11 @@ def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
         return x
     pad = [0, 0] * (x.dim() - 1 - axis) + [missing, 0]
     return F.pad(x, pad)
+
+
+def _average(mean: float, value: float, weight: float = 0.2) -> float:
+    """An exponential moving average; the first value starts it."""
+    return value if not mean else (1 - weight) * mean + weight * value
 
 
 def _for_choice(params: SamplingParams, i: int) -> SamplingParams:
