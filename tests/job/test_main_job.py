@@ -33,6 +33,8 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
         "wall_seconds",
     ):
         assert key in summary
+    low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
+    assert -1 <= low <= high <= 1
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1

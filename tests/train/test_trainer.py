@@ -256,3 +256,18 @@ def test_bf16_is_chosen_only_where_the_cpu_computes_it_natively():
     assert chosen == "fp32" and "auto" in reason, out
     with pytest.raises(ValueError, match="bf16 is now precision"):
         TrainConfig.model_validate({"bf16": True})
+
+
+def test_ppo_epochs_take_several_steps_per_batch_and_the_clip_bites_after_the_first(fresh_policy):
+    groups = sampled_groups(fresh_policy)
+    config = TrainConfig(lr=3e-2, ppo_epochs=3, mini_batches=2, grad_clip=None)
+    single = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=3e-2, grad_clip=None))
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, config, policy=fresh_policy)
+    metrics = trainer.rl_step(groups)
+    assert metrics["optim/steps"] == 6 and metrics["step"] == trainer.step == 1 and fresh_policy.version == 1
+    assert metrics["policy/logprob_gap"] < 1e-4  # measured on the first step, before the weights moved
+    # later steps score tokens the updated weights now rate differently: ratios leave 1 and the clip bites
+    assert metrics["policy/ratio_max"] > 1 + config.eps_high or metrics["policy/ratio_min"] < 1 - config.eps_low
+    assert metrics["policy/clip_frac_high"] + metrics["policy/clip_frac_low"] > 0
+    one = single.rl_step(groups)  # one pass, one step: on policy throughout
+    assert one["optim/steps"] == 1 and one["policy/clip_frac_high"] == one["policy/clip_frac_low"] == 0

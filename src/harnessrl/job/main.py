@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
 from harnessrl.envs.search.expert import SearchExpert
+from harnessrl.eval.evaluate import bootstrap_ci
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -97,6 +98,7 @@ class _Job:
             "heldout_success_after": after["sampled"],
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
+            "heldout_gain_ci": _gain_ci(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
             "rl_updates": config.rl.updates,
             "wall_seconds": sum(self.seconds.values()),
             "phase_seconds": self.seconds,
@@ -207,6 +209,21 @@ class _Job:
                 )  # by update: a tied update keeps the step
 
         await engine.train(trainer, tasks, remaining, progress=self.progress, on_update=checkpoint)
+
+
+def _gain_ci(before: Path, after: Path) -> list[float]:
+    """95 % percentile-bootstrap interval of the RL gain in sampled success, paired by task: each task's
+    mean over its repeats after RL minus before, resampled over tasks."""
+
+    def per_task(path: Path) -> dict[str, float]:
+        wins: dict[str, list[bool]] = {}
+        for e in read_jsonl(path, Episode):
+            wins.setdefault(e.task.id, []).append(bool(e.outcome and e.outcome.success))
+        return {task: sum(w) / len(w) for task, w in wins.items()}
+
+    b, a = per_task(before), per_task(after)
+    low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
+    return [round(low, 4), round(high, 4)]
 
 
 def _bar(label: str, progress: bool) -> Progress:

@@ -54,6 +54,12 @@ class TrainConfig(BaseModel):
         description="multiply the per-token KL by the importance ratio (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
     )
     # optimisation
+    ppo_epochs: int = Field(
+        default=1, ge=1, description="optimizer passes over each RL batch (verl ppo_epochs, TRL num_iterations)"
+    )
+    mini_batches: int = Field(
+        default=1, ge=1, description="optimizer steps per pass, each on a share of the batch (verl ppo_mini_batch_size)"
+    )
     lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)

@@ -137,19 +137,59 @@ class Trainer:
             )
             self.log(metrics)
             return metrics
-        micro = [
-            micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)
-        ]  # prompts shared (train/batches.py)
         rl = objective == "rl"
-        num_sequences = len(sequences)
-        num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
         version = self.policy.version if self.policy is not None else -1
+        # mini-batches: RL makes `ppo_epochs` passes over the batch, each reshuffled and split in `mini_batches`
+        passes, parts = (cfg.ppo_epochs, cfg.mini_batches) if rl else (1, 1)
+        rng = random.Random(f"{cfg.seed}:{self.step}")
+        plan = []
+        for _ in range(passes):
+            order = rng.sample(sequences, len(sequences)) if passes * parts > 1 else sequences
+            plan += [order[i::parts] for i in range(parts) if order[i::parts]]
+        # every mini-batch's proximal and reference logprobs come from the weights before this update
+        prepared = [self._prepare(part, rl) for part in plan]
+
+        stats, grad_norms = _Stats(), []
+        for n, part in enumerate(prepared):  # the train/sample gap and staleness: on the first step, before any change
+            grad_norms.append(self._descend(*part, rl=rl, stats=stats, version=version if n == 0 else -1))
+        self.scheduler.step()
+        self.step += 1
+        new_version = self.push()
+
+        # log
+        seconds = time.perf_counter() - started
+        metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy", steps=len(prepared)))
+        metrics.update({
+            "step": self.step,
+            "policy_version": new_version,
+            "perf/bf16": int(self.precision == "bf16"),
+            "optim/grad_norm": sum(grad_norms) / len(grad_norms),
+            "optim/steps": len(prepared),
+            "optim/lr": self.scheduler.get_last_lr()[0],
+            "perf/step_seconds": seconds,
+            "perf/tokens": sum(len(s) for s in sequences),
+            "perf/loss_tokens": sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences),
+            "perf/padded_tokens": sum(mb.padded_tokens for micro, *_ in prepared for mb in micro),
+            "perf/tokens_per_s": passes * sum(len(s) for s in sequences) / seconds,
+            "perf/micro_batches": sum(len(micro) for micro, *_ in prepared),
+        })  # fmt: skip
+        self.log(metrics)
+        return metrics
+
+    def _prepare(self, sequences: list[Sequence], rl: bool) -> tuple:
+        """One optimizer step's micro-batches (prompts shared, train/batches.py), their proximal and
+        reference logprobs when the loss needs them, and the step's normalisers."""
+        cfg = self.config
+        micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)]
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
+        num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
+        return micro, prox, ref, len(sequences), num_tokens
 
-        # loss, accumulated over micro-batches with batch-wide normalisers
+    def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
+        """One optimizer step: the loss accumulated over micro-batches with step-wide normalisers; the grad norm."""
+        cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        stats = _Stats()
         for i, mb in enumerate(micro):
             with self._autocast():
                 logits = tail_logits(self.model, mb)  # (B, T, V) fp32, T: the tails after the shared prompts
@@ -183,33 +223,9 @@ class Trainer:
             stats.add(
                 loss, logp, entropy, mb, mask, ratio, weight, kl, version if rl else -1, cfg
             )  # demos: no staleness
-
-        # optimizer step, weight push
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
         self.optimizer.step()
-        self.scheduler.step()
-        self.step += 1
-        new_version = self.push()
-
-        # log
-        seconds = time.perf_counter() - started
-        padded = sum(mb.padded_tokens for mb in micro)
-        metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy"))
-        metrics.update({
-            "step": self.step,
-            "policy_version": new_version,
-            "perf/bf16": int(self.precision == "bf16"),
-            "optim/grad_norm": float(grad_norm),
-            "optim/lr": self.scheduler.get_last_lr()[0],
-            "perf/step_seconds": seconds,
-            "perf/tokens": sum(len(s) for s in sequences),
-            "perf/loss_tokens": num_tokens,
-            "perf/padded_tokens": padded,
-            "perf/tokens_per_s": sum(len(s) for s in sequences) / seconds,
-            "perf/micro_batches": len(micro),
-        })  # fmt: skip
-        self.log(metrics)
-        return metrics
+        return float(grad_norm)
 
     @torch.no_grad()
     def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
@@ -325,9 +341,9 @@ class _Stats:
         if kl is not None:
             self._add("policy/kl", kl, mask)
 
-    def summary(self, prefix: str) -> dict[str, float]:
-        """Means over loss tokens; the ratio and IS weight also get their min and max."""
-        out = {prefix: self.loss}
+    def summary(self, prefix: str, steps: int = 1) -> dict[str, float]:
+        """Means over loss tokens (the loss: per optimizer step); the ratio and IS weight also get their min and max."""
+        out = {prefix: self.loss / steps}
         for key, total in self.sums.items():
             count = self.sums.get(key + "#n", 0)
             if key.endswith("#n") or not count:
