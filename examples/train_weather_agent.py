@@ -1,6 +1,6 @@
 """Train the unchanged agent of `weather_agent.py` with RL, in one process on the CPU.
 
-    python examples/train_weather_agent.py [--updates 20] [--groups 4] [--group-size 8] [--lr 1e-3]
+    python examples/train_weather_agent.py [--updates 20] [--groups 4] [--group-size 8] [--lr 1e-3] [--seed 0]
 
 `agent()` is imported from weather_agent.py as it is: plain `openai` code. harnessrl hands it an
 `openai.AsyncOpenAI` bound to one episode (here over an in-process gateway; `harnessrl serve` and
@@ -56,7 +56,7 @@ async def main(args) -> dict:
     ])  # fmt: skip
     tasks = [Task(prompt=f"What is the weather in {city}?", data={"city": city}) for city in CITIES]
     with tempfile.TemporaryDirectory() as run:
-        trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=args.lr), run_dir=Path(run), policy=policy)
+        trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=args.lr, seed=args.seed), run_dir=Path(run), policy=policy)
         engine = RolloutEngine(
             gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups)
         )
@@ -75,4 +75,5 @@ if __name__ == "__main__":
     parser.add_argument("--groups", type=int, default=4, help="tasks per update")
     parser.add_argument("--group-size", type=int, default=8, help="episodes per task")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0, help="the trainer's and the sampler's random state")
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

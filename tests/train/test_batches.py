@@ -60,8 +60,8 @@ def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
     shared = (logp * mb.mask * mb.advantages).sum()
     assert torch.allclose(shared, reference, atol=1e-4)
     shared.backward()
-    for p, want in zip(model.parameters(), expected_grads):
-        assert torch.allclose(p.grad, want, rtol=1e-4, atol=1e-6)
+    for p, want in zip(model.parameters(), expected_grads):  # relative to the tensor's norm: CPUs round differently
+        assert float((p.grad - want).norm()) <= 1e-4 * float(want.norm()) + 1e-7
 
 
 def test_without_shared_prompts_the_batch_is_one_plain_forward():
