@@ -8,7 +8,8 @@
 trains the policy the gateway serves. The reward, on the first call: 0.5 for calling `get_weather`
 (tiny-base starts out calling tools of its pretraining mixture instead), 0.5 for passing the
 city of the question. The last line is JSON: the mean reward of every update. Measured on the
-2-core CPU (2026-11-30, 40 s): 0.36 at the first update, 0.95 at the 20th.
+2-core CPU (2026-11-30, seeds 0, 1, 2, lr 1e-3): 0.36 -> 0.33, 0.38 -> 0.23, 0.34 -> 0.09 from the first update
+to the 20th; at lr 3e-4 0.38 -> 0.48, 0.36 -> 0.48, 0.38 -> 0.38. Not yet a reliable learner: see issue 13.
 """
 
 from __future__ import annotations
@@ -56,7 +57,13 @@ async def main(args) -> dict:
     ])  # fmt: skip
     tasks = [Task(prompt=f"What is the weather in {city}?", data={"city": city}) for city in CITIES]
     with tempfile.TemporaryDirectory() as run:
-        trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=args.lr, seed=args.seed), run_dir=Path(run), policy=policy)
+        trainer = Trainer(
+            policy.model,
+            policy.tokenizer,
+            TrainConfig(lr=args.lr, warmup_steps=args.warmup, seed=args.seed),
+            run_dir=Path(run),
+            policy=policy,
+        )
         engine = RolloutEngine(
             gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups)
         )
@@ -75,5 +82,6 @@ if __name__ == "__main__":
     parser.add_argument("--groups", type=int, default=4, help="tasks per update")
     parser.add_argument("--group-size", type=int, default=8, help="episodes per task")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=0, help="updates over which the learning rate ramps up")
     parser.add_argument("--seed", type=int, default=0, help="the trainer's and the sampler's random state")
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

@@ -7,12 +7,13 @@ loop does a bounded amount of prefill, then one decode forward for all running r
   `prefill_budget` padded tokens (so a batch is never padded to a long prompt);
 - a longer prompt is prefilled `prefill_chunk` tokens per step into its own KV cache (chunked
   prefill), so a 3,000-token prompt delays the running rows' next token by one chunk, not by all of it;
-- while rows are decoding, a step's prefill is also held to about `prefill_share` times the time of
-  a decode step (both measured as the engine runs; at least 16 tokens or one short prompt): on a CPU
-  a prefill token costs about what a decode token does, so without this a 512-token chunk still makes
-  each of the running rows' steps ~20x slower. With the default 0.5 their tokens come about 1.5-2x
-  slower while a long prompt is prefilled; `prefill_share=None` lifts the cap (throughput over
-  latency: the RL job's rollouts).
+- while rows are decoding, a long prompt's chunk is also held to about `prefill_share` times the time
+  of a decode step (both measured as the engine runs; at least 16 tokens): on a CPU a prefill token
+  costs about what a decode token does, so without this a 512-token chunk still makes each of the
+  running rows' steps ~20x slower. With the default 0.5 their tokens come about 2x slower while a
+  long prompt is prefilled; `prefill_share=None` lifts the cap. Short prompts are never held back:
+  they are bounded by `prefill_chunk` already, and holding them would cost throughput whenever
+  requests arrive one by one (as over HTTP).
 A prompt whose KV cache is complete samples its first token and its KV rows are left-padded into the
 running batch. Rows are left-aligned with padding: each row keeps its own position ids and the
 attention mask hides the padding.
@@ -207,18 +208,17 @@ class Engine:
         for r in [r for r in self._prefilling if r.future.abandoned]:  # their callers gave up
             r.future.set_exception(asyncio.CancelledError())
         waiting = [r for r in self._prefilling if not r.future.abandoned]
-        budget, chunk = self.prefill_budget, self.prefill_chunk
-        throttled = bool(self._rows) and self.prefill_share is not None and self._token_seconds > 0
-        if throttled:  # running rows wait for this step's prefill: hold it to about one decode step's time
-            allowed = int(self.prefill_share * self._decode_seconds / self._token_seconds)
-            budget, chunk = min(budget, allowed), min(chunk, max(16, allowed))
+        chunk = self.prefill_chunk
+        if self._rows and self.prefill_share is not None and self._token_seconds > 0:
+            # running rows wait for this step: a long prompt's chunk is held to a share of a decode step's time
+            chunk = min(chunk, max(16, int(self.prefill_share * self._decode_seconds / self._token_seconds)))
         short = sorted((r for r in waiting if len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt))
-        batch = [r for i, r in enumerate(short) if (i + 1) * len(r.prompt) <= budget] or short[:1]
+        batch = [r for i, r in enumerate(short) if (i + 1) * len(r.prompt) <= self.prefill_budget] or short[:1]
         long = next((r for r in waiting if len(r.prompt) > self.prefill_chunk), None)
         self._prefilling = [r for r in waiting if r not in batch]
         if batch:
             self._timed(lambda: self._prefill_whole(batch), len(batch) * max(len(r.prompt) for r in batch))
-        if long is not None and not (batch and throttled):
+        if long is not None:
             size = min(chunk, len(long.prompt) - long.prefilled)
             if self._timed(lambda: self._prefill_chunk(long, size), size):
                 self._prefilling.remove(long)
