@@ -33,8 +33,8 @@ class InputError(Exception):
     the exact path instead of a validation error about the whole body."""
 
     def __init__(self, path: tuple, message: str):
-        shown = [str(p).encode("utf-8", "backslashreplace").decode() for p in path[:12]]  # a key can be the bad text
-        self.param = ".".join(shown) + (".…" if len(path) > 12 else "") or None
+        # a key can be the bad text itself: the gateway's error response escapes what it cannot send
+        self.param = ".".join(map(str, path[:12])) + (".…" if len(path) > 12 else "") or None
         super().__init__(f"{self.param or 'body'}: {message}")
 
 
