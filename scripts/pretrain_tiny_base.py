@@ -3,9 +3,13 @@
     python scripts/pretrain_tiny_base.py --out runs/tiny-base [--steps 6000] [--minutes 0] [--resume]
     python scripts/pretrain_tiny_base.py --out runs/tiny-base --export-only   # re-export the newest checkpoint
 
-Starts from the `tiny` architecture and tokenizer (seed 0), trains a plain next-token loss on every
-token of rows packed from mixture items (copy, recall, tool_args, record_field, English prose),
-with fresh random names in every batch. bf16 autocast where the CPU has it natively (else fp32), AdamW, warmup + cosine. Checkpoints every
+Starts from the `tiny` architecture and tokenizer (seed 0; `--hidden`/`--layers` pick the size) and
+trains next-token loss on rows packed from mixture items (copy, recall, tool_args, record_field,
+question_call, English prose), with fresh random names in every batch. Items are rendered by the chat
+template the model ships with (tools as signature lines, as the gateway renders them) and the loss
+falls on the assistant's reply only (prompt tokens are context, not targets: predicting a random
+name before it appears teaches nothing); prose is trained on every token. bf16 autocast where the
+CPU has it natively (else fp32), AdamW, warmup + cosine. Checkpoints every
 `--save-minutes` (Hugging Face folder + optimizer, schedule, step, RNG and mixture state), so an
 interrupted run resumes where it stopped. `--minutes` stops early (checkpointed) to continue later.
 At the end it probes the model, plots the loss curve and exports fp16 safetensors to
@@ -32,43 +36,55 @@ from harnessrl.policy.tiny import build_tiny
 from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from harnessrl.train.precision import autocast, resolve
 
-WEIGHTS = {"copy": 0.2, "recall": 0.25, "tool_args": 0.2, "record_field": 0.2, "prose": 0.15}
+WEIGHTS = {"copy": 0.1, "recall": 0.2, "tool_args": 0.15, "record_field": 0.3, "question_call": 0.15, "prose": 0.1}
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
 
 class Packer:
-    """Rows of exactly `width` tokens cut from a stream of rendered mixture items."""
+    """Rows of exactly `width` tokens (and their labels: -100 where no loss falls) cut from a stream
+    of rendered mixture items."""
 
     def __init__(self, tokenizer, seed: int, width: int):
         self.tokenizer, self.width = tokenizer, width
         self.mixture = Mixture(seed)
         self.buffer: list[int] = []
+        self.labels: list[int] = []
         self.counts = {k: 0 for k in WEIGHTS}
 
-    def _next_text(self) -> str:
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _next(self) -> tuple[list[int], list[int]]:
         kind = self.mixture.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         self.counts[kind] += 1
         if kind == "prose":
-            return self.mixture.prose()
-        return render_item(self.tokenizer, self.mixture.item(kind), with_answer=True)
+            ids = self._encode(self.mixture.prose() + "<|endoftext|>")
+            return ids, ids
+        item = self.mixture.item(kind)
+        prompt = render_item(self.tokenizer, item, with_answer=False)
+        full = render_item(self.tokenizer, item, with_answer=True)
+        assert full.startswith(prompt), "the chat template must extend its generation prompt"
+        context, reply = self._encode(prompt), self._encode(full[len(prompt) :] + "<|endoftext|>")
+        return context + reply, [-100] * len(context) + reply
 
-    def batch(self, rows: int) -> torch.Tensor:
-        out = []
+    def batch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, labels = [], []
         for _ in range(rows):
             while len(self.buffer) < self.width:
-                self.buffer += self.tokenizer(self._next_text() + "<|endoftext|>", add_special_tokens=False)[
-                    "input_ids"
-                ]
-            out.append(self.buffer[: self.width])
-            self.buffer = self.buffer[self.width :]
-        return torch.tensor(out)
+                more, targets = self._next()
+                self.buffer += more
+                self.labels += targets
+            ids.append(self.buffer[: self.width])
+            labels.append(self.labels[: self.width])
+            self.buffer, self.labels = self.buffer[self.width :], self.labels[self.width :]
+        return torch.tensor(ids), torch.tensor(labels)
 
     def state(self) -> dict:
-        return {"rng": self.mixture.rng.getstate(), "buffer": self.buffer, "counts": self.counts}
+        return {"rng": self.mixture.rng.getstate(), "buffer": self.buffer, "labels": self.labels, "counts": self.counts}
 
     def restore(self, state: dict) -> None:
         self.mixture.rng.setstate(state["rng"])
-        self.buffer, self.counts = state["buffer"], state["counts"]
+        self.buffer, self.labels, self.counts = state["buffer"], state["labels"], state["counts"]
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -95,10 +111,13 @@ def main() -> None:
     parser.add_argument("--export-only", action="store_true")
     parser.add_argument("--export-dir", type=Path, default=EXPORT, help="where the shipped checkpoint goes")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--probe-minutes", type=float, default=10, help="probe (40 items a skill) this often")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
-    model, tokenizer = build_tiny(seed=args.seed)
+    model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = Packer(tokenizer, args.seed, args.width)
@@ -109,6 +128,9 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
         state = load_state(path)
+        for key in ("hidden", "layers", "width", "seed"):
+            if state["args"].get(key, getattr(args, key)) != getattr(args, key):
+                raise SystemExit(f"--{key} {getattr(args, key)} differs from the run's {state['args'][key]}")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         packer.restore(state["packer"])
@@ -137,9 +159,9 @@ def main() -> None:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        ids = packer.batch(args.rows)
+        ids, labels = packer.batch(args.rows)
         with autocast(dtype):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -154,7 +176,7 @@ def main() -> None:
             "tok_s": ids.numel() / seconds,
             "wall_seconds": wall,
         }
-        if time.monotonic() - last_probe > 600:
+        if time.monotonic() - last_probe > args.probe_minutes * 60:
             record["probe"] = _probe(model, tokenizer, 40)
             last_probe = time.monotonic()
             print(json.dumps(record), flush=True)
@@ -205,7 +227,7 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, count
     axis.plot([r["step"] for r in records], [r["loss"] for r in records], linewidth=0.6)
     axis.set(
         xlabel="step",
-        ylabel="next-token loss (all tokens)",
+        ylabel="next-token loss (replies and prose)",
         title=f"tiny-base pretraining ({args.rows}x{args.width} tokens/step)",
     )
     axis.grid(alpha=0.3)
@@ -226,18 +248,18 @@ def _readme(args, step: int, wall: float, scores: dict[str, float], counts: dict
     mix = ", ".join(f"{k} {v:.0%}" for k, v in WEIGHTS.items())
     return f"""# tiny-base
 
-The `tiny` architecture (Qwen2, {params / 1e6:.1f} M parameters, hidden 256, 4 layers, tokenizer of
+The `tiny` architecture (Qwen2, {params / 1e6:.1f} M parameters, hidden {args.hidden}, {args.layers} layers, tokenizer of
 `tiny`) pretrained on the procedural mixture in `harnessrl/policy/mixture.py`, stored as fp16
 safetensors. Load it with `--model tiny-base` or `AutoModelForCausalLM.from_pretrained(<this folder>)`.
 
 Reproduce (resumable; `--resume` after an interruption):
 
-    python scripts/pretrain_tiny_base.py --out runs/tiny-base --steps {args.steps}
+    python scripts/pretrain_tiny_base.py --out runs/tiny-base --steps {args.steps} --hidden {args.hidden} --layers {args.layers}
 
 - Mixture (items drawn per row, fresh random names and values every time): {mix}.
   Items seen: {json.dumps(counts)}.
 - {step} steps x {args.rows} rows x {args.width} tokens = {step * args.rows * args.width / 1e6:.1f} M tokens;
-  next-token loss on every token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
+  next-token loss on the assistant's replies and on every prose token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
   warmup steps, cosine to 10 %; bf16 autocast where native (else fp32); grad clip 1.0.
 - Wall time of the training steps on the 2-core CPU: {wall / 60:.0f} min.
 - Loss curve: `loss.png`; probe history: `probe.json`.

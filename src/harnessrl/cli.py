@@ -158,6 +158,29 @@ def train(
     print(json.dumps(summary))
 
 
+@app.command("make-corpus")
+def make_corpus(
+    out: Path = typer.Argument(..., help="folder for corpus.jsonl and tasks.jsonl"),
+    generator: str = typer.Option(
+        "people",
+        help="people (short entries: people, towns, countries; the job's default) or voyages (ships, ports and rivers, facts inside paragraphs of prose)",
+    ),
+    seed: int = typer.Option(0, help="generator seed"),
+) -> None:
+    """Write a synthetic search corpus and its tasks as JSONL, for `harnessrl train --corpus --tasks`."""
+    from harnessrl.envs.search import GENERATORS, write_corpus
+
+    if generator not in GENERATORS:
+        console.print(f"[red]error:[/] --generator: {generator!r} is not one of {', '.join(GENERATORS)}")
+        raise typer.Exit(2)
+    docs, tasks = GENERATORS[generator](seed)
+    corpus_path, tasks_path = write_corpus(out, docs, tasks)
+    splits = {s: sum(t.split == s for t in tasks) for s in ("train", "test")}
+    console.print(
+        f"wrote {len(docs)} documents to {corpus_path} and {splits['train']} train / {splits['test']} test tasks to {tasks_path}"
+    )
+
+
 @app.command("eval")
 def eval_command(
     env: str = typer.Option(..., help="environment: search"),

@@ -2,13 +2,14 @@ import asyncio
 
 import pytest
 
-from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, synthetic
+from harnessrl.envs.search import Doc, SearchAgent, SearchIndex, context1_reward, synthetic
+from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.harness import _Run
 from harnessrl.envs.search.reward import f_beta
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.types import Call, Episode, Outcome
+from harnessrl.types import Call, Episode, Outcome, Task
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +111,27 @@ def test_the_expert_records_token_exact_demonstrations_through_the_gateway(index
     assert pruned, "a 1000-token budget (about 700 of which are the prompt and tools) makes the expert prune"
     for e in pruned:  # pruning edits the history: the next call cannot extend the one before it
         assert any(c.extends_call != i for i, c in enumerate(e.calls[1:]))
+
+
+def test_error_classes_say_why_an_episode_failed():
+    docs = {d.id: d for d in [Doc(id="p", title="Ann Lee", text="Ann Lee was a baker born in 1820 in Tarn."),
+                              Doc(id="t", text="Tarn is a town in Velm."), Doc(id="x", text="Bo Kai was a miller.")]}  # fmt: skip
+    task = Task(
+        id="q", prompt="In which country was Ann Lee born?", data={"answer": "Velm", "gold_doc_ids": ["p", "t"]}
+    )
+    bad_call = Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[0.0], policy_version=0, tool_call_error="x")
+
+    def cls(answer: str, seen: list[str], success: bool = False, calls=(), status="finished") -> str:
+        info = {"doc_ids": ["p"] if answer else [], "trajectory_doc_ids": seen}
+        outcome = Outcome(answer=answer, success=success, info=info)
+        return error_class(Episode(task=task, calls=list(calls), outcome=outcome, status=status), docs)
+
+    assert cls("Velm", ["p", "t"], success=True) == "ok"
+    assert cls("", ["p"], status="failed") == "failed"
+    assert cls("", ["p"], calls=[bad_call]) == "malformed_call" and cls("", ["p"]) == "no_answer"
+    assert cls("Tarn", ["p"]) == "gold_not_seen"
+    assert cls("baker", ["p", "t"]) == "wrong_field" and cls("Tarn.", ["t", "p"]) == "wrong_field"
+    assert cls("miller", ["p", "t", "x"]) == "wrong_entity"
+    assert cls("Velmo", ["p", "t", "x"]) == "not_in_context"
+    assert set(ERROR_CLASSES) == {"ok", "failed", "malformed_call", "no_answer", "gold_not_seen", "wrong_field",
+                                  "wrong_entity", "not_in_context"}  # fmt: skip

@@ -2,8 +2,18 @@ import json
 
 import pytest
 
-from harnessrl.envs.search.data import DataError, SearchTask, answers_match, dump_synthetic, load, read_jsonl, synthetic
+from harnessrl.envs.search.data import (
+    DataError,
+    SearchTask,
+    answers_match,
+    dump_synthetic,
+    load,
+    read_jsonl,
+    synthetic,
+    write_corpus,
+)
 from harnessrl.envs.search.index import SearchIndex
+from harnessrl.envs.search.voyages import voyages
 from harnessrl.types import TraceLineError
 
 
@@ -51,3 +61,17 @@ def test_hybrid_search_finds_gold_chunks_and_skips_shown_ones(tmp_path):
     assert index.document("person-0").text.startswith(docs[-120].text[:10])
     reopened = SearchIndex(docs, tmp_path / "chroma")  # vectors reused from the persistent store
     assert reopened.collection.count() == len(reopened.chunks)
+
+
+def test_voyages_is_a_different_corpus_with_answers_inside_prose(tmp_path):
+    (d1, t1), (d2, t2) = voyages(1), voyages(1)
+    assert d1 == d2 and t1 == t2 and voyages(2)[1] != t1
+    docs = {d.id: d for d in d1}
+    assert {len(t.gold_doc_ids) for t in t1} == {1, 2, 3} and {t.split for t in t1} == {"train", "test"}
+    for t in t1:
+        assert t.answer in docs[t.gold_doc_ids[-1]].text
+    assert all(d.text.count("\n\n") == 2 for d in d1 if d.id.startswith("ship-"))  # paragraphs, not records
+    people_names = {w for d in synthetic(1)[0] for w in (d.title or "").split()}
+    assert not people_names & {w for d in d1 for w in (d.title or "").split()}
+    corpus, tasks = write_corpus(tmp_path, d1, t1)
+    assert load(corpus, tasks) == (d1, t1)

@@ -95,6 +95,9 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
         assert metrics[name]["mean"] == pytest.approx(mean)
     table = (out / "eval.md").read_text()
     assert all(f"| {name} |" in table for name in metrics)
+    classes = Counter(k for e in episodes for k in e.metrics if k.startswith("error/"))
+    assert sum(classes.values()) == 6 and report["error_classes"] == {k[6:]: n for k, n in classes.items()}
+    assert "Episodes per error class: " in table
 
 
 def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):

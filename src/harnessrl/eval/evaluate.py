@@ -13,6 +13,9 @@ Per episode (`episode_metrics`, stored in `Episode.metrics`):
     critical_steps   the longest chain of calls, each starting after the previous one ended
     context_tokens   the largest prompt + completion of one call
     tool_errors      malformed tool calls + `error:` observations (see `tool_errors`)
+    error/<class>    1 for the episode's error class, where the environment classifies failures
+                     (search: envs/search/errors.py; "ok" for a success); eval.json's
+                     `error_classes` counts episodes per class
     latency_seconds  the episode's wall time, gateway create -> harness -> finish, at the run's load
 
 Intervals: percentile bootstrap over tasks (`bootstrap_ci`); the repeats of a task stay together.
@@ -27,6 +30,7 @@ import asyncio
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +87,7 @@ class EvalEnv:
     harness: Harness
     tasks: list[Task]
     reward: Reward
+    error_class: Callable[[Episode], str] | None = None  # why an episode failed ("ok" when it did not)
 
 
 def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
@@ -93,6 +98,7 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
         load,
         synthetic,
     )
+    from harnessrl.envs.search.errors import error_class
 
     data, a = request.job.data, request.job.agent
     corpus, tasks = request.corpus or data.corpus, request.tasks or data.tasks
@@ -107,7 +113,8 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
         temperature=request.temperature,
     )
     split = [t.task() for t in items if t.split == request.split]
-    return EvalEnv(agent, split, context1_reward())
+    documents = {d.id: d for d in docs}
+    return EvalEnv(agent, split, context1_reward(), lambda e: error_class(e, documents))
 
 
 ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env}
@@ -284,6 +291,8 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         episodes = asyncio.run(_run(policy, env, request.repeats, rollout))
         for e in episodes:
             e.metrics = episode_metrics(e, policy.decode) | e.metrics
+            if env.error_class is not None:
+                e.metrics[f"error/{env.error_class(e)}"] = 1.0
     finally:
         policy.close()
     report = {
@@ -297,6 +306,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "episodes": len(episodes),
         "ci": {"method": CI_METHOD, "level": CI_LEVEL},
         "metrics": summarize(episodes),
+        "error_classes": dict(Counter(k[6:] for e in episodes for k in e.metrics if k.startswith("error/"))),
         "wall_seconds": time.perf_counter() - started,
     }
     (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
@@ -331,4 +341,7 @@ def markdown(report: dict) -> str:
     ]
     for name, m in r["metrics"].items():
         lines.append(f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |")
+    if r.get("error_classes"):
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(r["error_classes"].items(), key=lambda kv: -kv[1]))
+        lines += ["", f"Episodes per error class: {counts}."]
     return "\n".join(lines) + "\n"

@@ -4,8 +4,9 @@ Every item draws fresh random names and values, so memorising cannot pay; only r
 can. Skills: `copy` (repeat a span), `recall` (a value from key-value lines or fact sentences),
 `tool_args` (a `<tool_call>` whose arguments are copied from the conversation, tools drawn from a
 varied pool of names and schemas), `record_field` (one field of one of several tool-result records,
-answered or passed on in a call), plus plain English prose. Nothing here knows any environment's
-corpus, templates or tasks.
+given as JSON or as text lines, answered or passed on in a call), `question_call` (the user's
+question passed word for word as a call's argument: "In which year" must not become "In which
+country"), plus plain English prose. Nothing here knows any environment's corpus, templates or tasks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from functools import cache
 
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
-SKILLS = ("copy", "recall", "tool_args", "record_field")
+SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call")
 _ONSETS = [
     "b",
     "d",
@@ -67,6 +68,10 @@ class Mixture:
 
     # ---- values -------------------------------------------------------------------------------
 
+    def count(self, low: int, high: int) -> int:
+        """How many entries a list gets: uniform in [low, high] (one draw, not one per loop test)."""
+        return self.rng.randint(low, high)
+
     def name(self) -> str:
         syllables = self.rng.randint(2, 3)
         return "".join(
@@ -104,8 +109,8 @@ class Mixture:
         return Item("copy", [{"role": "user", "content": ask.format(s=span)}], span)
 
     def _recall(self) -> Item:
-        pairs = {}
-        while len(pairs) < self.rng.randint(2, 10):
+        pairs, size = {}, self.count(2, 10)
+        while len(pairs) < size:
             pairs[self.key()] = self.value()
         target = self.rng.choice(list(pairs))
         if self.rng.random() < 0.5:
@@ -119,8 +124,8 @@ class Mixture:
         return Item("recall", system + [user], pairs[target])
 
     def _tool(self, max_params: int = 3) -> dict:
-        params = {}
-        while len(params) < self.rng.randint(1, max_params):
+        params, size = {}, self.count(1, max_params)
+        while len(params) < size:
             params[self.rng.choice([self.word(), f"{self.word()}_{self.word()}"])] = self.rng.choice(
                 ["string", "integer"]
             )
@@ -139,8 +144,8 @@ class Mixture:
         }
 
     def _tool_args(self) -> Item:
-        tools = {}
-        while len(tools) < self.rng.randint(1, 4):
+        tools, size = {}, self.count(1, 4)
+        while len(tools) < size:
             tool = self._tool()
             tools[tool["function"]["name"]] = tool
         chosen = self.rng.choice(list(tools.values()))["function"]
@@ -161,14 +166,14 @@ class Mixture:
         )
 
     def _record_field(self) -> Item:
-        fields = []
-        while len(fields) < self.rng.randint(2, 4):
+        fields, size = [], self.count(2, 4)
+        while len(fields) < size:
             candidate = self.word()
             if candidate not in fields and candidate not in ("id", "name"):
                 fields.append(candidate)
         records = [
             {"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}}
-            for _ in range(self.rng.randint(2, 5))
+            for _ in range(self.count(2, 5))
         ]
         target, wanted = self.rng.choice(records), self.rng.choice(fields)
         lookup = {
@@ -179,7 +184,7 @@ class Mixture:
         turns = [
             {"role": "user", "content": f"What is the {wanted} of {target['name']}?"},
             {"role": "assistant", "content": None, "tool_calls": [lookup]},
-            {"role": "tool", "tool_call_id": "c0", "content": json.dumps(records, ensure_ascii=False)},
+            {"role": "tool", "tool_call_id": "c0", "content": self._records_text(records)},
         ]
         if self.rng.random() < 0.5:
             return Item("record_field", turns, target[wanted])
@@ -190,10 +195,71 @@ class Mixture:
         turns[0]["content"] += f" Then pass it to {tool['function']['name']} as {param}."
         return Item("record_field", turns, _call_text(call), [tool], call)
 
+    def _records_text(self, records: list[dict]) -> str:
+        """Records as a JSON list, or one `[id] name: field value; ...` line each."""
+        if self.rng.random() < 0.5:
+            return json.dumps(records, ensure_ascii=False)
+        sep = self.rng.choice(["; ", ", ", " | "])
+        return "\n".join(
+            f"[{r['id']}] {r['name']}: " + sep.join(f"{k} {v}" for k, v in r.items() if k not in ("id", "name"))
+            for r in records
+        )
+
+    def question(self) -> str:
+        """A question in one of many shapes, its words and names drawn fresh."""
+        w, n = self.word, self.name
+        shape = self.rng.choice(_QUESTIONS)
+        return shape.format(
+            w1=w(),
+            w2=w(),
+            w3=w(),
+            n=n() if self.rng.random() < 0.6 else f"{n()} {n()}",
+            year=self.rng.randint(1500, 2030),
+        )
+
+    def _question_call(self) -> Item:
+        tools = [self._tool() for _ in range(self.count(0, 3))]
+        target = self._tool(max_params=1)
+        param = next(iter(target["function"]["parameters"]["properties"]))
+        target["function"]["parameters"]["properties"][param]["type"] = "string"
+        tools.insert(self.rng.randrange(len(tools) + 1), target)
+        name, question = target["function"]["name"], self.question()
+        rule = self.rng.choice(_QUOTE_RULES).format(t=name, p=param)
+        if self.rng.random() < 0.5:
+            messages = [{"role": "system", "content": rule}, {"role": "user", "content": question}]
+        else:
+            messages = [{"role": "user", "content": f"{question}\n{rule}"}]
+        call = {"name": name, "arguments": {param: question}}
+        return Item("question_call", messages, _call_text(call), tools, call)
+
     def prose(self) -> str:
         lines = prose_lines()
         start = self.rng.randrange(len(lines))
         return " ".join(lines[start : start + self.rng.randint(3, 10)])
+
+
+_QUESTIONS = [
+    "In which {w1} was {n} {w2}?",
+    "What {w1} did {n} {w2}?",
+    "What is the {w1} of the {w2} where {n} {w3}?",
+    "Who {w1} the {w2} of {n}?",
+    "How many {w1} does {n} have?",
+    "When did {n} {w1} the {w2}?",
+    "Which {w1} is {n} known for?",
+    "Where is the {w1} {w2} of {n}?",
+    "Was {n} a {w1} or a {w2}?",
+    "What {w1} grows near {n}?",
+    "In what {w1} did {n} {w2} in {year}?",
+    "Name the {w1} that {n} {w2}.",
+    "{n}: which {w1}?",
+    "why {w1} {n} {w2}",
+]
+_QUOTE_RULES = [
+    "Pass the question to {t} as {p}, word for word.",
+    "Start with {t}; give it the question unchanged as {p}.",
+    "Always call {t} first, with {p} set to the exact question.",
+    "Look the question up: {t}({p}=<the question as asked>).",
+]
 
 
 def _call_text(call: dict) -> str:

@@ -212,17 +212,22 @@ def synthetic(
     return docs, tasks
 
 
-def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
-    docs, tasks = synthetic(seed)
+def write_corpus(folder: Path, docs: list[Doc], tasks: list[SearchTask]) -> tuple[Path, Path]:
+    """`folder/corpus.jsonl` and `folder/tasks.jsonl`, the files `harnessrl train --corpus --tasks` reads."""
     write_jsonl(folder / "corpus.jsonl", docs)
     write_jsonl(folder / "tasks.jsonl", tasks)
     return folder / "corpus.jsonl", folder / "tasks.jsonl"
 
 
+def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
+    return write_corpus(folder, *synthetic(seed))
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation dropped, whitespace runs made one space."""
+    return " ".join("".join(ch for ch in text.lower() if ch.isalnum() or ch.isspace()).split())
+
+
 def answers_match(given: str | None, expected: str) -> bool:
     """Normalised comparison: case, punctuation and surrounding whitespace ignored."""
-
-    def norm(s: str) -> str:
-        return " ".join("".join(ch for ch in s.lower() if ch.isalnum() or ch.isspace()).split())
-
-    return given is not None and norm(given) == norm(expected)
+    return given is not None and normalise(given) == normalise(expected)
