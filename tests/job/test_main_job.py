@@ -4,7 +4,9 @@ import json
 import subprocess
 import sys
 
+import torch
 import yaml
+from safetensors.torch import load_file
 
 MINIMAL = """
 model: tiny
@@ -14,6 +16,9 @@ agent: {max_turns: 2, max_tokens: 16}
 sft: {steps: 1, batch_episodes: 4}
 rl:
   updates: 1
+  validation_tasks: 2
+  validation_repeats: 1
+  validate_every: 1
   rollout: {group_size: 2, groups_per_update: 1, staleness: 0}
 """
 
@@ -59,6 +64,20 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
         assert (out / name).is_file(), name
     assert (out / "checkpoints" / "latest").is_file()
 
+    # the checkpoint is chosen on validation tasks set aside from the train split: before RL and after it
+    validation = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
+    assert [v["update"] for v in validation] == [0, 1] and all(v["episodes"] == 2 for v in validation)
+    chosen = 1 if validation[1]["success"] >= validation[0]["success"] else 0
+    assert summary["chosen_update"] == chosen and summary["validation"] == validation[chosen]["success"]
+    source = out / "checkpoints" / "step-000001" if chosen else out / "sft" / "checkpoints" / "step-000001"
+    assert load_file(out / "best" / "model.safetensors").keys() == load_file(source / "model.safetensors").keys()
+    assert all(
+        torch.equal(v, load_file(source / "model.safetensors")[k])
+        for k, v in load_file(out / "best" / "model.safetensors").items()
+    )
+    demos = {json.loads(x)["task"]["id"] for x in (out / "demos.jsonl").read_text().splitlines()}
+    assert len(demos) >= 10 and len(validation[0]["tasks"]) == 2 and not demos & set(validation[0]["tasks"])
+
 
 def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     (tmp_path / "job.yaml").write_text("rl:\n  updatez: 3\n")
@@ -92,6 +111,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert sft_steps == [1, 2]  # the second run made only the missing step
     rl_lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rl_lines) == 2 and json.loads((out / "summary.json").read_text())["rl_updates"] == 2
+    validated = [json.loads(x)["update"] for x in (out / "validation.jsonl").read_text().splitlines()]
+    assert validated == [0, 1, 2]  # nothing validated twice
     bad = subprocess.run(
         [*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120
     )

@@ -44,6 +44,15 @@ class SFTConfig(_Strict):
 class RLConfig(_Strict):
     updates: int = Field(default=28, ge=0)
     save_every: int = Field(default=5, ge=1, description="checkpoint every N updates (and at the end)")
+    validation_tasks: int = Field(
+        default=16,
+        ge=0,
+        description="train-split tasks set aside (no SFT, no RL) to choose the checkpoint; 0 = keep the last",
+    )
+    validation_repeats: int = Field(default=2, ge=1, description="sampled (T = 1) episodes per validation task")
+    validate_every: int = Field(
+        default=7, ge=1, description="validate every N updates (and before the first, and at the end)"
+    )
     # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)

@@ -2,8 +2,15 @@
 held-out eval -> RL with the async rollout engine -> held-out eval, all in one run folder.
 
 Run folder: config.yaml (resolved), demos.jsonl, sft/ (metrics.jsonl, checkpoints/),
-eval_before.json / .jsonl, metrics.jsonl (RL), checkpoints/ (RL), eval_after.json / .jsonl,
-phases.json (seconds per finished phase, and of every start's setup), rewards.png, heldout.png, summary.json.
+eval_before.json / .jsonl, metrics.jsonl (RL), checkpoints/ (RL), validation.jsonl and best/ (the
+chosen weights), eval_after.json / .jsonl, phases.json (seconds per finished phase, and of every
+start's setup), rewards.png, heldout.png, summary.json.
+
+Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside (neither SFT nor RL
+sees them). Before RL and every `rl.validate_every` updates the policy runs them
+(`rl.validation_repeats` sampled episodes each); the weights with the best validation success (the
+later on a tie; update 0 is the warm start) are kept in best/, and the held-out eval after RL runs
+them. The test split is never used to choose.
 
 Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
 RL from their newest checkpoint (the task order after an RL resume is re-drawn, not replayed).
@@ -15,11 +22,13 @@ import asyncio
 import itertools
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from transformers import AutoModelForCausalLM
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
 from harnessrl.envs.search.expert import SearchExpert
@@ -67,6 +76,11 @@ class _Job:
         test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
         if not train or not test:
             raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
+        held = random.Random(f"{config.seed}:validation").sample(
+            train, min(config.rl.validation_tasks, len(train) // 4)
+        )
+        train = [t for t in train if t not in held]
+        self.validation = held
         index = SearchIndex(docs, out / "index")
         self.policy = Policy.load(config.model, seed=config.seed)
         self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)
@@ -88,6 +102,7 @@ class _Job:
                 await self._phase("sft", lambda: self._sft(demos))
             before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
             await self._phase("rl", lambda: self._rl(agent, reward, train))
+            chosen = self._load_best()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", agent, greedy, test))
         finally:
             await self.gateway.aclose()
@@ -100,6 +115,8 @@ class _Job:
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
             "rl_updates": config.rl.updates,
+            "chosen_update": chosen["update"],
+            "validation": chosen["validation"],
             "wall_seconds": sum(self.seconds.values()),
             "phase_seconds": self.seconds,
         }
@@ -194,21 +211,63 @@ class _Job:
         done = 0  # updates run (an update whose groups all tied leaves trainer.step as it was)
         if (latest := latest_checkpoint(checkpoints)) is not None:
             done = trainer.resume(latest).get("updates", trainer.step)
+        if done == 0:
+            await self._validate(0, agent, trainer)
         remaining = cfg.updates - done
         if remaining <= 0:
             return
         engine = RolloutEngine(self.gateway, agent, reward, cfg.rollout)
         tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
+        loop = asyncio.get_running_loop()
 
-        def checkpoint(_: dict) -> None:
+        def checkpoint(_: dict) -> None:  # in a thread, while rollouts go on
             nonlocal done
             done += 1
+            if done % cfg.validate_every == 0 or done == cfg.updates:
+                asyncio.run_coroutine_threadsafe(self._validate(done, agent, trainer), loop).result()
             if done % cfg.save_every == 0 or done == cfg.updates:
                 trainer.save(
                     checkpoints, cursor={"updates": done}, number=done
                 )  # by update: a tied update keeps the step
 
         await engine.train(trainer, tasks, remaining, progress=self.progress, on_update=checkpoint)
+
+    async def _validate(self, update: int, agent: SearchAgent, trainer: Trainer) -> None:
+        """Validation success of the current weights; they go to best/ when no earlier update beat them."""
+        path = self.out / "validation.jsonl"
+        records = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        if not self.validation or any(r["update"] == update for r in records):
+            return
+        episodes = [t for t in self.validation for _ in range(self.config.rl.validation_repeats)]
+        success, _ = await evaluate(self.gateway, agent, episodes)
+        if success >= max((r["success"] for r in records), default=-1.0):
+            tmp = self.out / ".best.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            await asyncio.to_thread(trainer.write_model, tmp)
+            (tmp / "chosen.json").write_text(json.dumps({"update": update, "validation": success}))
+            shutil.rmtree(self.out / "best", ignore_errors=True)
+            tmp.replace(self.out / "best")
+        with open(path, "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "update": update,
+                        "success": success,
+                        "episodes": len(episodes),
+                        "tasks": [t.id for t in self.validation],
+                    }
+                )
+                + "\n"
+            )
+
+    def _load_best(self) -> dict:
+        """Serve the chosen weights (best/); without validation, the last ones."""
+        chosen = self.out / "best" / "chosen.json"
+        if not chosen.is_file():
+            return {"update": self.config.rl.updates, "validation": None}
+        model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
+        self.policy.update_weights(model.state_dict())
+        return json.loads(chosen.read_text())
 
 
 def _gain_ci(before: Path, after: Path) -> list[float]:
