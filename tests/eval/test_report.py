@@ -30,7 +30,7 @@ SUMMARY = {  # the keys the main job writes
     "phase_seconds": {"sft": 1.5, "rl": 2.0},
 }
 # every panel but policy/kl, which neither run logs
-PANELS = {"heldout", "reward", "hacking", "entropy", "clip", "ratios"}
+PANELS = {"heldout", "success", "reward", "hacking", "entropy", "clip", "ratios"}
 PANELS |= {"staleness", "logprob_gap", "loss", "sft_loss"}
 
 

@@ -52,6 +52,7 @@ class Panel:
 # fmt: off
 RATIOS = tuple(f"policy/{w}_{s}" for w in ("ratio", "is_weight") for s in ("mean", "min", "max"))
 PANELS = [
+    Panel("success", "training batches: success and malformed calls", "share of the batch's episodes", keys=("rollout/success", "rollout/malformed_share")),
     Panel("reward", "reward and its terms", "reward", prefix="reward/", exclude=("reward/std", "reward/max")),
     Panel("hacking", "hacking flags", "share of the batch's episodes flagged", prefix="hacking/"),
     Panel("entropy", "policy entropy on loss tokens", "nats", keys=("policy/entropy",)),

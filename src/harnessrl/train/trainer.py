@@ -109,6 +109,9 @@ class Trainer:
             "rollout/groups_dropped_reward_failed": failed,
             "rollout/episodes": sum(len(g) for g in groups),
             "rollout/failed": sum(e.status == "failed" for g in groups for e in g),
+            # what the batch achieved: the harness's own verdict, and episodes with a tool call that did not parse
+            "rollout/success": _share([bool(e.outcome and e.outcome.success) for g in groups for e in g]),
+            "rollout/malformed_share": _share([any(c.tool_call_error for c in e.calls) for g in groups for e in g]),
             "rollout/sequences": len(sequences),
             "rollout/unsampled_loss_tokens": sum(s.loss_tokens - s.sampled_loss_tokens for s in all_sequences),
             **_reward_metrics([e for g in groups for e in g], rewards),
@@ -370,6 +373,10 @@ def _reward(episode: Episode) -> float:
     if episode.reward is None:
         raise ValueError(f"episode {episode.id} has no reward: score it before training")
     return episode.reward.total
+
+
+def _share(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
 
 
 def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, float]:
