@@ -233,7 +233,18 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, count
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(folder / "loss.png", dpi=120)
-    probes = [(r["step"], r["probe"]) for r in records if "probe" in r]
+    probes = [(r["step"], round(r["wall_seconds"] / 60, 1), r["probe"]) for r in records if "probe" in r]
+    probes.append((step, round(wall / 60, 1), scores))
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for skill in SKILLS:
+        axis.plot([m for _, m, _ in probes], [p.get(skill, 0.0) for _, _, p in probes], marker="o", label=skill)
+    axis.axhline(0.8, color="grey", linestyle=":", linewidth=0.8)
+    axis.set(xlabel="minutes of training steps (2-core CPU)", ylabel="probe accuracy (greedy, exact)", ylim=(0, 1.02),
+             title=f"tiny-base probe during pretraining (hidden {args.hidden}, {args.layers} layers)")  # fmt: skip
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(folder / "probe.png", dpi=120)
     (folder / "probe.json").write_text(
         json.dumps({"final": scores, "items_per_skill": args.probe_items, "during": probes}, indent=1)
     )
@@ -262,7 +273,8 @@ Reproduce (resumable; `--resume` after an interruption):
   next-token loss on the assistant's replies and on every prose token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
   warmup steps, cosine to 10 %; bf16 autocast where native (else fp32); grad clip 1.0.
 - Wall time of the training steps on the 2-core CPU: {wall / 60:.0f} min.
-- Loss curve: `loss.png`; probe history: `probe.json`.
+- Loss curve: `loss.png`; probe accuracy against minutes: `probe.png` (and `probe.json`: `during` holds
+  [step, minutes, scores] from 40 items a skill; the last entry is the final probe below).
 
 Probe (`harnessrl probe --model tiny-base`, {args.probe_items} fresh items per skill, greedy, exact match):
 
