@@ -39,6 +39,7 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     ):
         assert key in summary
     low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
+    assert sum(summary["error_classes_before"].values()) == sum(summary["error_classes_after"].values()) == 2
     assert -1 <= low <= high <= 1
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -24,6 +24,7 @@ import json
 import random
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -31,6 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import AutoModelForCausalLM
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
+from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.eval.evaluate import bootstrap_ci
 from harnessrl.eval.heldout import evaluate
@@ -114,6 +116,10 @@ class _Job:
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
+            **{
+                f"error_classes_{when}": _error_classes(self.out / f"eval_{when}.jsonl", docs)
+                for when in ("before", "after")
+            },
             "rl_updates": config.rl.updates,
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
@@ -283,6 +289,13 @@ def _gain_ci(before: Path, after: Path) -> list[float]:
     b, a = per_task(before), per_task(after)
     low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
     return [round(low, 4), round(high, 4)]
+
+
+def _error_classes(path: Path, docs) -> dict[str, int]:
+    """Sampled held-out episodes per error class (envs/search/errors.py), most frequent first."""
+    documents = {d.id: d for d in docs}
+    counts = Counter(error_class(e, documents) for e in read_jsonl(path, Episode))
+    return dict(counts.most_common())
 
 
 def _bar(label: str, progress: bool) -> Progress:
