@@ -60,7 +60,7 @@ async def main(args) -> dict:
         trainer = Trainer(
             policy.model,
             policy.tokenizer,
-            TrainConfig(lr=args.lr, warmup_steps=args.warmup, seed=args.seed),
+            TrainConfig(lr=args.lr, warmup_steps=args.warmup, seed=args.seed, ppo_epochs=args.ppo_epochs),
             run_dir=Path(run),
             policy=policy,
         )
@@ -84,4 +84,5 @@ if __name__ == "__main__":
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=0, help="updates over which the learning rate ramps up")
     parser.add_argument("--seed", type=int, default=0, help="the trainer's and the sampler's random state")
+    parser.add_argument("--ppo-epochs", type=int, default=1, help="optimizer passes over each batch")
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

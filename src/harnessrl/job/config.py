@@ -57,7 +57,12 @@ class RLConfig(_Strict):
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)
     )
-    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4, schedule="constant", precision="auto"))
+    # two passes of two mini-batches over each batch (Context-1 used 4 sub-steps a step): one step a batch barely moved the policy
+    train: TrainConfig = Field(
+        default_factory=lambda: TrainConfig(
+            lr=1e-4, schedule="constant", precision="auto", ppo_epochs=2, mini_batches=2
+        )
+    )
 
 
 class JobConfig(_Strict):
