@@ -78,11 +78,9 @@ class _Job:
         test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
         if not train or not test:
             raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
-        held = random.Random(f"{config.seed}:validation").sample(
-            train, min(config.rl.validation_tasks, len(train) // 4)
-        )
-        train = [t for t in train if t not in held]
-        self.validation = held
+        size = min(config.rl.validation_tasks, len(train) // 4)
+        self.validation = random.Random(f"{config.seed}:validation").sample(train, size)
+        train = [t for t in train if t not in self.validation]
         index = SearchIndex(docs, out / "index")
         self.policy = Policy.load(config.model, seed=config.seed)
         self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)
@@ -253,18 +251,14 @@ class _Job:
             (tmp / "chosen.json").write_text(json.dumps({"update": update, "validation": success}))
             shutil.rmtree(self.out / "best", ignore_errors=True)
             tmp.replace(self.out / "best")
+        record = {
+            "update": update,
+            "success": success,
+            "episodes": len(episodes),
+            "tasks": [t.id for t in self.validation],
+        }
         with open(path, "a") as f:
-            f.write(
-                json.dumps(
-                    {
-                        "update": update,
-                        "success": success,
-                        "episodes": len(episodes),
-                        "tasks": [t.id for t in self.validation],
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps(record) + "\n")
 
     def _load_best(self) -> dict:
         """Serve the chosen weights (best/); without validation, the last ones."""
