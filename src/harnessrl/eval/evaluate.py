@@ -289,10 +289,12 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
     started = time.perf_counter()
     try:
         episodes = asyncio.run(_run(policy, env, request.repeats, rollout))
+        classes: Counter[str] = Counter()
         for e in episodes:
             e.metrics = episode_metrics(e, policy.decode) | e.metrics
             if env.error_class is not None:
-                e.metrics[f"error/{env.error_class(e)}"] = 1.0
+                classes[name := env.error_class(e)] += 1
+                e.metrics[f"error/{name}"] = 1.0
     finally:
         policy.close()
     report = {
@@ -306,7 +308,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "episodes": len(episodes),
         "ci": {"method": CI_METHOD, "level": CI_LEVEL},
         "metrics": summarize(episodes),
-        "error_classes": dict(Counter(k[6:] for e in episodes for k in e.metrics if k.startswith("error/"))),
+        "error_classes": dict(classes.most_common()),
         "wall_seconds": time.perf_counter() - started,
     }
     (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
@@ -342,6 +344,6 @@ def markdown(report: dict) -> str:
     for name, m in r["metrics"].items():
         lines.append(f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |")
     if r.get("error_classes"):
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(r["error_classes"].items(), key=lambda kv: -kv[1]))
+        counts = ", ".join(f"{k} {v}" for k, v in r["error_classes"].items())  # most frequent first
         lines += ["", f"Episodes per error class: {counts}."]
     return "\n".join(lines) + "\n"

@@ -68,10 +68,6 @@ class Mixture:
 
     # ---- values -------------------------------------------------------------------------------
 
-    def count(self, low: int, high: int) -> int:
-        """How many entries a list gets: uniform in [low, high] (one draw, not one per loop test)."""
-        return self.rng.randint(low, high)
-
     def name(self) -> str:
         syllables = self.rng.randint(2, 3)
         return "".join(
@@ -109,7 +105,7 @@ class Mixture:
         return Item("copy", [{"role": "user", "content": ask.format(s=span)}], span)
 
     def _recall(self) -> Item:
-        pairs, size = {}, self.count(2, 10)
+        pairs, size = {}, self.rng.randint(2, 10)
         while len(pairs) < size:
             pairs[self.key()] = self.value()
         target = self.rng.choice(list(pairs))
@@ -124,7 +120,7 @@ class Mixture:
         return Item("recall", system + [user], pairs[target])
 
     def _tool(self, max_params: int = 3) -> dict:
-        params, size = {}, self.count(1, max_params)
+        params, size = {}, self.rng.randint(1, max_params)
         while len(params) < size:
             params[self.rng.choice([self.word(), f"{self.word()}_{self.word()}"])] = self.rng.choice(
                 ["string", "integer"]
@@ -144,7 +140,7 @@ class Mixture:
         }
 
     def _tool_args(self) -> Item:
-        tools, size = {}, self.count(1, 4)
+        tools, size = {}, self.rng.randint(1, 4)
         while len(tools) < size:
             tool = self._tool()
             tools[tool["function"]["name"]] = tool
@@ -166,14 +162,14 @@ class Mixture:
         )
 
     def _record_field(self) -> Item:
-        fields, size = [], self.count(2, 4)
+        fields, size = [], self.rng.randint(2, 4)
         while len(fields) < size:
             candidate = self.word()
             if candidate not in fields and candidate not in ("id", "name"):
                 fields.append(candidate)
         records = [
             {"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}}
-            for _ in range(self.count(2, 5))
+            for _ in range(self.rng.randint(2, 5))
         ]
         target, wanted = self.rng.choice(records), self.rng.choice(fields)
         lookup = {
@@ -218,7 +214,7 @@ class Mixture:
         )
 
     def _question_call(self) -> Item:
-        tools = [self._tool() for _ in range(self.count(0, 3))]
+        tools = [self._tool() for _ in range(self.rng.randint(0, 3))]
         target = self._tool(max_params=1)
         param = next(iter(target["function"]["parameters"]["properties"]))
         target["function"]["parameters"]["properties"][param]["type"] = "string"

@@ -102,19 +102,20 @@ class Trainer:
             kept += list(zip(group, group_advantages(scores, self.config.advantage)))
         # sequences: policy-gradient losses train on sampled tokens only (no greedy calls, no demonstrations)
         all_sequences = [s for episode, adv in kept for s in episode_sequences(episode, adv)]
+        episodes = [e for g in groups for e in g]
         sequences = [s for s in all_sequences if s.sampled_loss_tokens]
         metrics = {
             "rollout/groups": len(groups),
             "rollout/groups_dropped_equal": dropped,
             "rollout/groups_dropped_reward_failed": failed,
-            "rollout/episodes": sum(len(g) for g in groups),
-            "rollout/failed": sum(e.status == "failed" for g in groups for e in g),
+            "rollout/episodes": len(episodes),
+            "rollout/failed": sum(e.status == "failed" for e in episodes),
             # what the batch achieved: the harness's own verdict, and episodes with a tool call that did not parse
-            "rollout/success": _share([bool(e.outcome and e.outcome.success) for g in groups for e in g]),
-            "rollout/malformed_share": _share([any(c.tool_call_error for c in e.calls) for g in groups for e in g]),
+            "rollout/success": _share([bool(e.outcome and e.outcome.success) for e in episodes]),
+            "rollout/malformed_share": _share([any(c.tool_call_error for c in e.calls) for e in episodes]),
             "rollout/sequences": len(sequences),
             "rollout/unsampled_loss_tokens": sum(s.loss_tokens - s.sampled_loss_tokens for s in all_sequences),
-            **_reward_metrics([e for g in groups for e in g], rewards),
+            **_reward_metrics(episodes, rewards),
             **(extra or {}),
         }
         return self._update(sequences, "rl", metrics)
