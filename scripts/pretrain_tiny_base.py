@@ -5,7 +5,7 @@
 
 Starts from the `tiny` architecture and tokenizer (seed 0; `--hidden`/`--layers` pick the size) and
 trains next-token loss on rows packed from mixture items (copy, recall, tool_args, record_field,
-question_call, English prose), with fresh random names in every batch. Items are rendered by the chat
+question_call, entity_call, English prose), with fresh random names in every batch. Items are rendered by the chat
 template the model ships with (tools as signature lines, as the gateway renders them) and the loss
 falls on the assistant's reply only (prompt tokens are context, not targets: predicting a random
 name before it appears teaches nothing); prose is trained on every token. bf16 autocast where the
@@ -36,7 +36,15 @@ from harnessrl.policy.tiny import build_tiny
 from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from harnessrl.train.precision import autocast, resolve
 
-WEIGHTS = {"copy": 0.1, "recall": 0.2, "tool_args": 0.15, "record_field": 0.3, "question_call": 0.15, "prose": 0.1}
+WEIGHTS = {
+    "copy": 0.1,
+    "recall": 0.2,
+    "tool_args": 0.15,
+    "record_field": 0.3,
+    "question_call": 0.15,
+    "entity_call": 0.15,
+    "prose": 0.1,
+}
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
 
@@ -44,8 +52,8 @@ class Packer:
     """Rows of exactly `width` tokens (and their labels: -100 where no loss falls) cut from a stream
     of rendered mixture items."""
 
-    def __init__(self, tokenizer, seed: int, width: int):
-        self.tokenizer, self.width = tokenizer, width
+    def __init__(self, tokenizer, seed: int, width: int, weights: dict[str, float]):
+        self.tokenizer, self.width, self.weights = tokenizer, width, weights
         self.mixture = Mixture(seed)
         self.buffer: list[int] = []
         self.labels: list[int] = []
@@ -55,7 +63,7 @@ class Packer:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _next(self) -> tuple[list[int], list[int]]:
-        kind = self.mixture.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        kind = self.mixture.rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
         self.counts[kind] += 1
         if kind == "prose":
             ids = self._encode(self.mixture.prose() + "<|endoftext|>")
@@ -87,6 +95,23 @@ class Packer:
         self.buffer, self.labels, self.counts = state["buffer"], state["labels"], state["counts"]
 
 
+def records_at(step: int, ramp: int) -> tuple[int, int]:
+    """`record_field` curriculum: one or a few records per item during the first `ramp` steps, then
+    the probe's 2-5 (finding the field comes before finding the record)."""
+    return (2, 5) if step >= ramp else (1, 2 + 3 * step // ramp)
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`skill=w,...` over WEIGHTS; unnamed skills keep their default weight."""
+    weights = dict(WEIGHTS)
+    for part in filter(None, text.split(",")):
+        skill, _, value = part.partition("=")
+        if skill not in WEIGHTS:
+            raise SystemExit(f"--weights: unknown skill {skill!r} (one of {', '.join(WEIGHTS)})")
+        weights[skill] = float(value)
+    return weights
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -114,13 +139,20 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--probe-minutes", type=float, default=10, help="probe (40 items a skill) this often")
+    parser.add_argument("--init", default="", help="start from these weights (a Hugging Face folder of the same size)")
+    parser.add_argument("--weights", default="", help="mixture weights to change, e.g. record_field=0.5,prose=0.05")
+    parser.add_argument("--records-ramp", type=int, default=0, help="record_field curriculum length in steps")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
+    if args.init:
+        from transformers import AutoModelForCausalLM
+
+        model.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, torch_dtype=torch.float32).state_dict())
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    packer = Packer(tokenizer, args.seed, args.width)
+    packer = Packer(tokenizer, args.seed, args.width, parse_weights(args.weights))
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
     if args.resume or args.export_only:
@@ -128,7 +160,7 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
         state = load_state(path)
-        for key in ("hidden", "layers", "width", "seed"):
+        for key in ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp"):
             if state["args"].get(key, getattr(args, key)) != getattr(args, key):
                 raise SystemExit(f"--{key} {getattr(args, key)} differs from the run's {state['args'][key]}")
         model.load_state_dict(state["model"])
@@ -159,6 +191,7 @@ def main() -> None:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        packer.mixture.records = records_at(step, args.records_ramp)
         ids, labels = packer.batch(args.rows)
         with autocast(dtype):
             loss = model(input_ids=ids, labels=labels).loss
@@ -192,7 +225,7 @@ def main() -> None:
     if not args.export_only:
         save()
     if step >= args.steps or args.export_only:
-        export(model, tokenizer, args, step, wall, log_path, packer.counts)
+        export(model, tokenizer, args, step, wall, log_path, packer)
 
 
 def _probe(model, tokenizer, items: int) -> dict[str, float]:
@@ -209,7 +242,7 @@ def _truncate(path: Path, step: int) -> None:
         path.write_text("".join(x + "\n" for x in lines))
 
 
-def export(model, tokenizer, args, step: int, wall: float, log_path: Path, counts: dict[str, int]) -> None:
+def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packer: Packer) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -249,14 +282,19 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, count
         json.dumps({"final": scores, "items_per_skill": args.probe_items, "during": probes}, indent=1)
     )
     (folder / "README.md").write_text(
-        _readme(args, step, wall, scores, counts, sum(p.numel() for p in model.parameters()))
+        _readme(args, step, wall, scores, packer, sum(p.numel() for p in model.parameters()))
     )
     print(json.dumps(scores))
 
 
-def _readme(args, step: int, wall: float, scores: dict[str, float], counts: dict[str, int], params: int) -> str:
+def _readme(args, step: int, wall: float, scores: dict[str, float], packer: Packer, params: int) -> str:
     table = "\n".join(f"| {s} | {scores[s]:.2f} |" for s in SKILLS)
-    mix = ", ".join(f"{k} {v:.0%}" for k, v in WEIGHTS.items())
+    total = sum(packer.weights.values())
+    mix = ", ".join(f"{k} {v / total:.0%}" for k, v in packer.weights.items())
+    counts = packer.counts
+    extra = "".join(
+        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("init", "weights", "records_ramp") and v
+    )
     return f"""# tiny-base
 
 The `tiny` architecture (Qwen2, {params / 1e6:.1f} M parameters, hidden {args.hidden}, {args.layers} layers, tokenizer of
@@ -265,7 +303,7 @@ safetensors. Load it with `--model tiny-base` or `AutoModelForCausalLM.from_pret
 
 Reproduce (resumable; `--resume` after an interruption):
 
-    python scripts/pretrain_tiny_base.py --out runs/tiny-base --steps {args.steps} --hidden {args.hidden} --layers {args.layers}
+    python scripts/pretrain_tiny_base.py --out runs/tiny-base --steps {args.steps} --hidden {args.hidden} --layers {args.layers}{extra}
 
 - Mixture (items drawn per row, fresh random names and values every time): {mix}.
   Items seen: {json.dumps(counts)}.

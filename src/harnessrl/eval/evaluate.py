@@ -102,7 +102,9 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
 
     data, a = request.job.data, request.job.agent
     corpus, tasks = request.corpus or data.corpus, request.tasks or data.tasks
-    docs, items = load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed)
+    docs, items = (
+        load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed, people=data.synthetic_people)
+    )
     index = SearchIndex(docs, workdir / "index")
     agent = SearchAgent(
         index,

@@ -21,6 +21,9 @@ class DataConfig(_Strict):
     corpus: Path | None = Field(default=None, description="corpus.jsonl; empty = the synthetic generator")
     tasks: Path | None = Field(default=None, description="tasks.jsonl (split train / test)")
     synthetic_seed: int = 0
+    synthetic_people: int = Field(
+        default=240, ge=8, description="people in the synthetic corpus, one question each (a quarter held out)"
+    )
 
 
 class AgentConfig(_Strict):
@@ -42,7 +45,7 @@ class SFTConfig(_Strict):
 
 
 class RLConfig(_Strict):
-    updates: int = Field(default=28, ge=0)
+    updates: int = Field(default=24, ge=0)
     save_every: int = Field(default=5, ge=1, description="checkpoint every N updates (and at the end)")
     validation_tasks: int = Field(
         default=16,
@@ -51,7 +54,7 @@ class RLConfig(_Strict):
     )
     validation_repeats: int = Field(default=2, ge=1, description="sampled (T = 1) episodes per validation task")
     validate_every: int = Field(
-        default=7, ge=1, description="validate every N updates (and before the first, and at the end)"
+        default=8, ge=1, description="validate every N updates (and before the first, and at the end)"
     )
     # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
     rollout: RolloutConfig = Field(
@@ -74,7 +77,7 @@ class JobConfig(_Strict):
     rl: RLConfig = Field(default_factory=RLConfig)
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     eval_repeats: int = Field(
-        default=4, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
+        default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
     )
     loggers: Loggers = Field(
         default_factory=list,

@@ -73,7 +73,7 @@ class _Job:
         if config.data.corpus and config.data.tasks:
             docs, items = load(config.data.corpus, config.data.tasks)
         else:
-            docs, items = synthetic(config.data.synthetic_seed)
+            docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
         train = [t.task() for t in items if t.split == "train"]
         test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
         if not train or not test:

@@ -6,7 +6,8 @@ can. Skills: `copy` (repeat a span), `recall` (a value from key-value lines or f
 varied pool of names and schemas), `record_field` (one field of one of several tool-result records,
 given as JSON or as text lines, answered or passed on in a call), `question_call` (the user's
 question passed word for word as a call's argument: "In which year" must not become "In which
-country"), plus plain English prose. Nothing here knows any environment's corpus, templates or tasks.
+country"), `entity_call` (the one name or code in a request passed to the tool its keyword names:
+"What is the tide in Olmar?" -> get_tide(place="Olmar")), plus plain English prose. Nothing here knows any environment's corpus, templates or tasks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from functools import cache
 
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
-SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call")
+SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call", "entity_call")
 _ONSETS = [
     "b",
     "d",
@@ -65,6 +66,7 @@ def _words() -> list[str]:
 class Mixture:
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
+        self.records = (2, 5)  # how many records a `record_field` item shows (pretraining ramps it up from 1)
 
     # ---- values -------------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class Mixture:
                 fields.append(candidate)
         records = [
             {"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}}
-            for _ in range(self.rng.randint(2, 5))
+            for _ in range(self.rng.randint(*self.records))
         ]
         target, wanted = self.rng.choice(records), self.rng.choice(fields)
         lookup = {
@@ -228,6 +230,24 @@ class Mixture:
         call = {"name": name, "arguments": {param: question}}
         return Item("question_call", messages, _call_text(call), tools, call)
 
+    def _entity_call(self) -> Item:
+        """The one name (or code) in a request, passed to the tool its keyword points at."""
+        keyword = self.word()
+        target = self._tool(max_params=1)
+        target["function"]["name"] = self.rng.choice(
+            [f"get_{keyword}", keyword, f"{keyword}_lookup", f"find_{keyword}"]
+        )
+        param = next(iter(target["function"]["parameters"]["properties"]))
+        target["function"]["parameters"]["properties"][param]["type"] = "string"
+        tools = [
+            t for t in (self._tool() for _ in range(self.rng.randint(0, 3))) if keyword not in t["function"]["name"]
+        ]
+        tools.insert(self.rng.randrange(len(tools) + 1), target)
+        entity = self.rng.choice([self.name(), self.name(), f"{self.name()} {self.name()}", self.value()])
+        ask = self.rng.choice(_ENTITY_ASKS).format(k=keyword, e=entity, w=self.word())
+        call = {"name": target["function"]["name"], "arguments": {param: entity}}
+        return Item("entity_call", [{"role": "user", "content": ask}], _call_text(call), tools, call)
+
     def prose(self) -> str:
         lines = prose_lines()
         start = self.rng.randrange(len(lines))
@@ -249,6 +269,18 @@ _QUESTIONS = [
     "Name the {w1} that {n} {w2}.",
     "{n}: which {w1}?",
     "why {w1} {n} {w2}",
+]
+_ENTITY_ASKS = [
+    "What is the {k} in {e}?",
+    "What's the {k} like for {e} today?",
+    "Tell me the {k} of {e}.",
+    "I need the {k} for {e}, please.",
+    "{e}: {k}?",
+    "How is the {k} at {e}?",
+    "Could you check the {k} near {e}?",
+    "Find the {k} of {e} and keep it {w}.",
+    "Which {k} does {e} have?",
+    "Look up {k} {e}",
 ]
 _QUOTE_RULES = [
     "Pass the question to {t} as {p}, word for word.",

@@ -119,10 +119,12 @@ def synthetic(
     rng = random.Random(seed)
     used: set[str] = set()
 
+    def name_part(parts: int) -> str:
+        return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+
     def name(parts: int) -> str:
         while True:
-            n = "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
-            if n not in used:
+            if (n := name_part(parts)) not in used:
                 used.add(n)
                 return n
 
@@ -136,10 +138,19 @@ def synthetic(
     ]
     for c in country:
         c["capital"] = rng.choice([t for t in town if t["country"] is c] or town)
+    places = set(used)
+
+    def person_name() -> str:  # unique as a whole; neither part is a place's name
+        while True:
+            first, last = (name_part(2) for _ in range(2))
+            if f"{first} {last}" not in used and not {first, last} & places:
+                used.add(f"{first} {last}")
+                return f"{first} {last}"
+
     person = [
         {
             "id": f"person-{i}",
-            "name": f"{name(2)} {name(2)}",
+            "name": person_name(),
             "town": rng.choice(town),
             "job": rng.choice(_JOBS),
             "born": rng.randint(1700, 1990),
