@@ -5,13 +5,10 @@
 `agent()` is imported from weather_agent.py as it is: plain `openai` code. harnessrl hands it an
 `openai.AsyncOpenAI` bound to one episode (here over an in-process gateway; `harnessrl serve` and
 `base_url=` work the same), records every call token-exactly, scores the finished episode and
-trains the policy the gateway serves. The reward, on the first call: 0.5 for calling `get_weather`
-(tiny-base starts out calling tools of its pretraining mixture instead), 0.5 for passing the
-city of the question. The last line is JSON: the mean reward of every update. Measured on the
-2-core CPU with tiny-base v2 (2026-11-30, seeds 0, 1, 2), first update -> 20th: lr 1e-3 0.09 -> 0.50,
-0.02 -> 0.50, 0.06 -> 0.50; lr 3e-4 with --ppo-epochs 2 0.09 -> 0.48, 0.02 -> 0.48, 0.05 -> 0.50. Every run
-learns the tool's name within three updates and none learns the city: tiny-base v2 passes the whole
-question as the argument (greedy: {"city": "What is the time in Paris?"}), see issue 13.
+trains the policy the gateway serves. The reward, on the first call: 0.5 for calling `get_weather`,
+0.5 for passing the city of the question. The last line is JSON: the mean reward of every update. Measured on the
+2-core CPU with tiny-base v3 under the AVX2 settings (2026-11-30, default lr 1e-3, seeds 0, 1, 2),
+first update -> 20th: 0.66 -> 0.94, 0.78 -> 0.97, 0.69 -> 0.92 (seed 1 dipped to 0.11 at update 6).
 """
 
 from __future__ import annotations
