@@ -57,7 +57,7 @@ class Packer:
         self.mixture = Mixture(seed)
         self.buffer: list[int] = []
         self.labels: list[int] = []
-        self.counts = {k: 0 for k in WEIGHTS}
+        self.counts = {k: 0 for k in weights}
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -92,7 +92,8 @@ class Packer:
 
     def restore(self, state: dict) -> None:
         self.mixture.rng.setstate(state["rng"])
-        self.buffer, self.labels, self.counts = state["buffer"], state["labels"], state["counts"]
+        self.buffer, self.labels = state["buffer"], state["labels"]
+        self.counts = {k: 0 for k in self.weights} | state["counts"]  # a run from before a skill was added
 
 
 def records_at(step: int, ramp: int) -> tuple[int, int]:
