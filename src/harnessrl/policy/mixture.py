@@ -7,7 +7,8 @@ varied pool of names and schemas), `record_field` (one field of one of several t
 given as JSON or as text lines, answered or passed on in a call), `question_call` (the user's
 question passed word for word as a call's argument: "In which year" must not become "In which
 country"), `entity_call` (the one name or code in a request passed to the tool its keyword names:
-"What is the tide in Olmar?" -> get_tide(place="Olmar")), plus plain English prose. Nothing here knows any environment's corpus, templates or tasks.
+"What is the tide in Olmar?" -> get_tide(place="Olmar")), plus plain English prose. Nothing here
+knows any environment's corpus, templates or tasks.
 """
 
 from __future__ import annotations
