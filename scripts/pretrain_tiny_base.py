@@ -45,6 +45,7 @@ WEIGHTS = {
     "entity_call": 0.15,
     "prose": 0.1,
 }
+_BOOKKEEPING = ("resume", "export_only", "export_dir", "minutes", "save_minutes", "probe_minutes", "probe_items")
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
 
@@ -120,7 +121,7 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/tiny-base"))
     parser.add_argument("--steps", type=int, default=6000)
@@ -143,7 +144,11 @@ def main() -> None:
     parser.add_argument("--init", default="", help="start from these weights (a Hugging Face folder of the same size)")
     parser.add_argument("--weights", default="", help="mixture weights to change, e.g. record_field=0.5,prose=0.05")
     parser.add_argument("--records-ramp", type=int, default=0, help="record_field curriculum length in steps")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
@@ -293,8 +298,11 @@ def _readme(args, step: int, wall: float, scores: dict[str, float], packer: Pack
     total = sum(packer.weights.values())
     mix = ", ".join(f"{k} {v / total:.0%}" for k, v in packer.weights.items())
     counts = packer.counts
-    extra = "".join(
-        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in ("init", "weights", "records_ramp") and v
+    defaults, given = vars(build_parser().parse_args([])), ("out", "steps", "hidden", "layers")
+    extra = "".join(  # the other training flags this run changed (bookkeeping flags left out)
+        f" --{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items()
+        if v != defaults[k] and k not in given + _BOOKKEEPING
     )
     return f"""# tiny-base
 

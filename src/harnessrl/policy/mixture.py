@@ -142,6 +142,13 @@ class Mixture:
             },
         }
 
+    def _string_tool(self) -> tuple[dict, str]:
+        """A tool with one string parameter, and that parameter's name."""
+        tool = self._tool(max_params=1)
+        param = next(iter(tool["function"]["parameters"]["properties"]))
+        tool["function"]["parameters"]["properties"][param]["type"] = "string"
+        return tool, param
+
     def _tool_args(self) -> Item:
         tools, size = {}, self.rng.randint(1, 4)
         while len(tools) < size:
@@ -187,9 +194,7 @@ class Mixture:
         ]
         if self.rng.random() < 0.5:
             return Item("record_field", turns, target[wanted])
-        tool = self._tool(max_params=1)
-        param = next(iter(tool["function"]["parameters"]["properties"]))
-        tool["function"]["parameters"]["properties"][param]["type"] = "string"
+        tool, param = self._string_tool()
         call = {"name": tool["function"]["name"], "arguments": {param: target[wanted]}}
         turns[0]["content"] += f" Then pass it to {tool['function']['name']} as {param}."
         return Item("record_field", turns, _call_text(call), [tool], call)
@@ -218,9 +223,7 @@ class Mixture:
 
     def _question_call(self) -> Item:
         tools = [self._tool() for _ in range(self.rng.randint(0, 3))]
-        target = self._tool(max_params=1)
-        param = next(iter(target["function"]["parameters"]["properties"]))
-        target["function"]["parameters"]["properties"][param]["type"] = "string"
+        target, param = self._string_tool()
         tools.insert(self.rng.randrange(len(tools) + 1), target)
         name, question = target["function"]["name"], self.question()
         rule = self.rng.choice(_QUOTE_RULES).format(t=name, p=param)
@@ -234,12 +237,10 @@ class Mixture:
     def _entity_call(self) -> Item:
         """The one name (or code) in a request, passed to the tool its keyword points at."""
         keyword = self.word()
-        target = self._tool(max_params=1)
+        target, param = self._string_tool()
         target["function"]["name"] = self.rng.choice(
             [f"get_{keyword}", keyword, f"{keyword}_lookup", f"find_{keyword}"]
         )
-        param = next(iter(target["function"]["parameters"]["properties"]))
-        target["function"]["parameters"]["properties"][param]["type"] = "string"
         tools = [
             t for t in (self._tool() for _ in range(self.rng.randint(0, 3))) if keyword not in t["function"]["name"]
         ]
