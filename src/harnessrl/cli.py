@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(help="Train LLM agents with RL inside the harness they ship in.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
+MODEL_HELP = "'tiny', 'tiny-base', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
 
 
 @app.callback()
@@ -23,7 +24,10 @@ def _main() -> None:
 
 @app.command()
 def serve(
-    model: str = typer.Option("tiny", help="'tiny' (built offline) or a local Hugging Face folder"),
+    model: str = typer.Option("tiny", help=MODEL_HELP),
+    tool_format: str = typer.Option(
+        "auto", help="how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
+    ),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
     port: int = typer.Option(8000, help="TCP port"),
     admin_key: str | None = typer.Option(
@@ -40,7 +44,7 @@ def serve(
 
     from harnessrl.gateway import create_app
 
-    policy = _load_policy(model, seed, max_batch)
+    policy = _load_policy(model, seed, max_batch, tool_format)
     if admin_key is None:
         admin_key = "hrl-admin-" + secrets.token_urlsafe(18)
         console.print(f"[yellow]no --admin-key or HARNESSRL_ADMIN_KEY; this run's admin key:[/] {admin_key}")
@@ -54,7 +58,10 @@ def serve(
 
 @app.command()
 def probe(
-    model: str = typer.Option("tiny-base", help="'tiny', 'tiny-base' or a local Hugging Face folder"),
+    model: str = typer.Option("tiny-base", help=MODEL_HELP),
+    tool_format: str = typer.Option(
+        "auto", help="how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
+    ),
     items: int = typer.Option(200, min=1, help="fresh items per skill"),
     seed: int = typer.Option(1_000_003, help="seed of the probe items (pretraining never uses it)"),
 ) -> None:
@@ -63,7 +70,7 @@ def probe(
 
     from harnessrl.eval.probe import probe as run_probe
 
-    policy = _load_policy(model, 0)
+    policy = _load_policy(model, 0, tool_format=tool_format)
     try:
         scores = run_probe(policy, items_per_skill=items, seed=seed)
     finally:
@@ -106,7 +113,7 @@ def judge_calibrate(
 @app.command("save-model")
 def save_model(
     out: Path = typer.Argument(..., help="folder to write (a Hugging Face checkpoint)"),
-    model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face folder"),
+    model: str = typer.Option("tiny", help=MODEL_HELP),
     seed: int = typer.Option(0, help="seed for building 'tiny'"),
 ) -> None:
     """Write a model (e.g. the offline `tiny`) as an ordinary Hugging Face folder."""
@@ -124,6 +131,8 @@ def train(
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/main"), help="run folder"),
+    model: str | None = typer.Option(None, help=MODEL_HELP + "; default the config's model: (tiny-base)"),
+    tool_format: str | None = typer.Option(None, help="auto | hermes | llama3_json; default the config's tool_format:"),
     resume: Path | None = typer.Option(
         None,
         help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
@@ -139,9 +148,9 @@ def train(
 
     try:
         if resume is not None:
-            if config is not None or corpus is not None or tasks is not None:
+            if any(x is not None for x in (config, corpus, tasks, model, tool_format)):
                 raise ValueError(
-                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus or --tasks"
+                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model or --tool-format"
                 )
             out, summary = resume, main.resume(resume)
         else:
@@ -150,6 +159,7 @@ def train(
                 raise ValueError("--corpus and --tasks go together")
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
+            job.model, job.tool_format = model or job.model, tool_format or job.tool_format
             summary = main.run(job, out)
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
@@ -199,6 +209,7 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
     concurrency: int = typer.Option(32, help="episodes in flight at once"),
     seed: int = typer.Option(0, help="torch seed for sampling"),
+    tool_format: str | None = typer.Option(None, help="auto | hermes | llama3_json; default the job config's"),
 ) -> None:
     """Run a harness on every task of a split N times: each metric's mean and 95% CI. Last line: JSON."""
     import json
@@ -210,9 +221,11 @@ def eval_command(
     from harnessrl.job.config import JobConfig
 
     try:
+        job = JobConfig.load(config or _run_config(checkpoint))
+        job.tool_format = tool_format or job.tool_format
         request = EvalRequest(
             env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
-            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=JobConfig.load(config or _run_config(checkpoint)),
+            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=job,
         )  # fmt: skip
         report = evaluate(request, out)
     except (
@@ -235,7 +248,7 @@ def eval_command(
 def sft(
     data: Path = typer.Option(..., help="demonstration episodes, one Episode JSON per line"),
     out: Path = typer.Option(..., help="run folder: metrics.jsonl, checkpoints/, model/"),
-    model: str = typer.Option("tiny", help="'tiny' or a local Hugging Face folder to start from"),
+    model: str = typer.Option("tiny", help=MODEL_HELP + " to start from"),
     epochs: int = typer.Option(1, min=1),
     batch_episodes: int = typer.Option(16, min=1, help="episodes per optimizer step"),
     lr: float = typer.Option(3e-4, help="AdamW learning rate"),
@@ -339,11 +352,11 @@ def _run_config(checkpoint: str) -> Path | None:
     return None
 
 
-def _load_policy(model: str, seed: int, max_batch: int = 64):
+def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = "auto"):
     from harnessrl.policy import Policy, PolicyLoadError
 
     try:
-        return Policy.load(model, seed=seed, max_batch=max_batch)
+        return Policy.load(model, seed=seed, max_batch=max_batch, tool_format=tool_format)
     except (PolicyLoadError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

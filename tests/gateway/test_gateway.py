@@ -16,7 +16,7 @@ def _extends(call, earlier) -> bool:
     return call.prompt_ids[: len(head)] == head
 
 
-async def _five_turns(client: openai.AsyncOpenAI) -> list:
+async def _five_turns(client: openai.AsyncOpenAI, temperature: float = 1.0) -> list:
     """An ordinary agent loop: run the tools the model calls, ask follow-ups otherwise."""
     messages = [
         {"role": "system", "content": AGENT_SYSTEM},
@@ -25,7 +25,7 @@ async def _five_turns(client: openai.AsyncOpenAI) -> list:
     responses = []
     for turn in range(5):
         response = await client.chat.completions.create(
-            model="tiny", messages=messages, tools=WEATHER_TOOLS, max_tokens=40, temperature=1.0, seed=turn
+            model="any", messages=messages, tools=WEATHER_TOOLS, max_tokens=40, temperature=temperature, seed=turn
         )
         responses.append(response)
         message = response.choices[0].message
@@ -38,36 +38,41 @@ async def _five_turns(client: openai.AsyncOpenAI) -> list:
     return responses
 
 
-async def test_a_five_turn_tool_conversation_is_recorded_token_exactly(gateway, tool_policy):
+# The three checks below also run on a real model (test_real_model.py).
+
+
+async def check_five_turn_conversation(gateway: GatewayClient, policy, temperature: float = 1.0) -> None:
     episode_id, key = await gateway.create_episode(Task(id="weather-1", data={"city": "Paris"}))
-    responses = await _five_turns(gateway.openai(key))
+    responses = await _five_turns(gateway.openai(key), temperature)
     assert any(r.choices[0].finish_reason == "tool_calls" for r in responses)
     assert any(r.choices[0].message.tool_calls is None for r in responses)
     episode = await gateway.episode(episode_id)
     assert episode.task.id == "weather-1" and len(episode.calls) == 5
     for i, call in enumerate(episode.calls):
         assert len(call.sampled_logprobs) == len(call.completion_ids) > 0
-        assert call.policy_version == tool_policy.version == 1 and call.trainable and call.agent == "main"
+        assert call.policy_version == policy.version and call.trainable and call.agent == "main"
         assert responses[i].usage.prompt_tokens == len(call.prompt_ids)
         if i:
             assert call.extends_call == i - 1 and _extends(call, episode.calls[i - 1])
     assert episode.calls[0].extends_call is None
     # the sampled tool call is in the prompt as sampled, not as the template would re-serialise it
     first = episode.calls[0]
-    assert tool_policy.decode(first.completion_ids).startswith("<tool_call>")
+    assert policy.decode(first.completion_ids).startswith("<tool_call>")
 
 
-async def test_an_edited_history_starts_a_new_sequence(gateway):
+async def check_edited_history(gateway: GatewayClient, temperature: float = 1.0) -> None:
     episode_id, key = await gateway.create_episode()
     client = gateway.openai(key)
+    ask = {"model": "any", "tools": WEATHER_TOOLS, "temperature": temperature}
     messages = [{"role": "user", "content": "Weather in Paris?"}]
-    for _ in range(2):
-        r = await client.chat.completions.create(model="tiny", messages=messages, tools=WEATHER_TOOLS, max_tokens=30)
+    # a whole call, then five tokens of text: two answers that differ (as text too) whatever the model
+    for choice, budget in (("required", 30), ("none", 5)):
+        r = await client.chat.completions.create(messages=messages, max_tokens=budget, tool_choice=choice, **ask)
         messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
     pruned = [messages[0]] + messages[3:]  # drop the first answer, as a context prune does
-    await client.chat.completions.create(model="tiny", messages=pruned, tools=WEATHER_TOOLS, max_tokens=10)
+    await client.chat.completions.create(messages=pruned, max_tokens=10, **ask)
     edited = messages[:-2] + [{"role": "assistant", "content": "I changed this answer."}, messages[-1]]
-    await client.chat.completions.create(model="tiny", messages=edited, tools=WEATHER_TOOLS, max_tokens=10)
+    await client.chat.completions.create(messages=edited, max_tokens=10, **ask)
     calls = (await gateway.episode(episode_id)).calls
     assert calls[1].extends_call == 0 and _extends(calls[1], calls[0])
     pruned_call, edited_call = calls[2:]
@@ -78,18 +83,19 @@ async def test_an_edited_history_starts_a_new_sequence(gateway):
     assert not _extends(edited_call, calls[1])
 
 
-async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
+async def check_malformed_call(gateway: GatewayClient, max_tokens: int = 40) -> None:
     episode_id, key = await gateway.create_episode()
-    # tool_choice "required" puts <tool_call> in the prompt, so the call is certain to be emitted; the model
-    # learned only get_weather, so under another tool list what follows is an unknown tool or broken JSON
+    # tool_choice "required" puts <tool_call> in the prompt, so the call is certain to be emitted; a model
+    # taught only get_weather writes, under another tool list, an unknown tool or broken JSON (or, in
+    # `max_tokens`, an unterminated block)
     other = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
     r = await gateway.openai(key).chat.completions.create(
-        model="tiny",
+        model="any",
         messages=[{"role": "user", "content": "Weather in Paris?"}],
         tools=other,
         tool_choice="required",
         temperature=0,
-        max_tokens=40,
+        max_tokens=max_tokens,
     )
     assert r.choices[0].message.tool_calls is None
     assert r.choices[0].message.content.startswith("<tool_call>")
@@ -97,6 +103,19 @@ async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
     assert (
         call.tool_call_error and call.finish_reason == r.choices[0].finish_reason
     )  # "stop", or "length" when unterminated
+
+
+async def test_a_five_turn_tool_conversation_is_recorded_token_exactly(gateway, tool_policy):
+    await check_five_turn_conversation(gateway, tool_policy)
+    assert tool_policy.version == 1
+
+
+async def test_an_edited_history_starts_a_new_sequence(gateway):
+    await check_edited_history(gateway)
+
+
+async def test_malformed_tool_calls_come_back_as_content_with_a_flag(gateway):
+    await check_malformed_call(gateway)
 
 
 async def test_keys_are_required_and_scoped_to_their_episode(gateway, tool_server):
@@ -242,7 +261,8 @@ async def test_tool_choice_forces_a_call_and_the_next_turn_still_extends_it(gate
         model="tiny", messages=messages, tools=WEATHER_TOOLS, tool_choice="required", max_tokens=30
     )
     first, second = (await gateway.episode(episode_id)).calls
+    named_prefix = tool_policy.encode('<tool_call>{"name": "get_weather", "arguments":')
+    assert first.prompt_ids[-len(named_prefix) :] == named_prefix  # forced: in the prompt, so never trained on
     marker = tool_policy.encode("<tool_call>")
-    assert first.prompt_ids[-len(marker) :] == marker  # forced: in the prompt, so never trained on
     assert second.prompt_ids[-len(marker) :] == marker and second.extends_call == 0 and _extends(second, first)
     assert r2.choices[0].message.tool_calls or second.tool_call_error

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.harness import Harness
 from harnessrl.job.config import JobConfig
+from harnessrl.policy.sources import PRESETS
 from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Call, Episode, Task
@@ -62,7 +63,9 @@ class EvalRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     env: str = Field(description="an environment of ENVS")
     split: Literal["train", "test"] = "test"
-    checkpoint: str = Field(description="model folder, run folder, checkpoints/ folder, or 'tiny-base'")
+    checkpoint: str = Field(
+        description="model folder, run folder, checkpoints/ folder, 'tiny-base', a preset or a .gguf file"
+    )
     repeats: int = Field(default=1, ge=1, description="episodes per task")
     temperature: float = Field(default=1.0, ge=0, description="sampling temperature; 0 = greedy")
     concurrency: int = Field(default=32, ge=1, description="episodes in flight at once")
@@ -126,10 +129,10 @@ ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
-    """The model behind --checkpoint: 'tiny' / 'tiny-base' as they are, else the first folder with a
-    config.json among DIR, DIR/model (an SFT run's final weights), the step DIR/latest names (a
-    checkpoints/ folder) and the step DIR/checkpoints/latest names (a run folder)."""
-    if checkpoint in ("tiny", "tiny-base"):
+    """The model behind --checkpoint: 'tiny' / 'tiny-base' / a preset / a .gguf file as they are, else
+    the first folder with a config.json among DIR, DIR/model (an SFT run's final weights), the step
+    DIR/latest names (a checkpoints/ folder) and the step DIR/checkpoints/latest names (a run folder)."""
+    if checkpoint in ("tiny", "tiny-base", *PRESETS) or checkpoint.endswith(".gguf"):
         return checkpoint
     path = Path(checkpoint)
     if not path.is_dir():
@@ -286,7 +289,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
     if not env.tasks:
         raise ValueError(f"--env {request.env}: the {request.split} split has no tasks")
     torch.manual_seed(request.seed)
-    policy = Policy.load(model, seed=request.seed)
+    policy = Policy.load(model, seed=request.seed, tool_format=request.job.tool_format)
     rollout = request.job.rl.rollout.model_copy(update={"concurrency": request.concurrency})
     started = time.perf_counter()
     try:

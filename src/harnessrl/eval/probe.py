@@ -1,8 +1,8 @@
 """Copying / tool-use probe: fresh generated items per skill, answered greedily, scored exactly.
 
 A text answer counts when the reply (special tokens dropped, whitespace trimmed) equals the expected
-value; a tool answer counts when the reply holds one `<tool_call>` whose JSON has the expected name
-and arguments.
+value; a tool answer counts when the reply holds one call, in the policy's tool format, with the
+expected name and arguments. Prompts are rendered as the gateway renders them (`Policy.render`).
 """
 
 from __future__ import annotations
@@ -10,19 +10,18 @@ from __future__ import annotations
 import asyncio
 import json
 
-from harnessrl.gateway.toolcalls import BLOCK
+from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, SamplingParams
-from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_item
+from harnessrl.policy.mixture import SKILLS, Item, Mixture
+from harnessrl.policy.toolformat import Hermes, ToolFormat
 
 
-def score(item: Item, reply: str) -> bool:
+def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
     if item.expected_call is None:
         return reply.strip() == item.answer
-    calls = BLOCK.findall(reply)
-    try:
-        return len(calls) == 1 and json.loads(calls[0]) == item.expected_call
-    except json.JSONDecodeError:
-        return False
+    parsed = parse_tool_calls(reply, {t["function"]["name"] for t in item.tools or ()}, fmt or Hermes())
+    expected = item.expected_call
+    return [(n, json.loads(a)) for n, a in parsed.calls] == [(expected["name"], expected["arguments"])]
 
 
 def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> dict[str, float]:
@@ -31,7 +30,7 @@ def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> 
     items = [mixture.item(skill) for skill in SKILLS for _ in range(items_per_skill)]
 
     async def answer(item: Item) -> str:
-        prompt = policy.encode(render_item(policy.tokenizer, item, with_answer=False))
+        prompt = policy.encode(policy.render(item.messages, item.tools, generation_prompt=True))
         budget = len(policy.encode(item.answer)) + 8
         (done,) = await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=budget))
         return policy.decode(done.ids, skip_special=True)
@@ -42,5 +41,5 @@ def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> 
     replies = asyncio.run(run())
     hits: dict[str, list[bool]] = {s: [] for s in SKILLS}
     for item, reply in zip(items, replies):
-        hits[item.skill].append(score(item, reply))
+        hits[item.skill].append(score(item, reply, policy.tool_format))
     return {skill: sum(h) / len(h) for skill, h in hits.items()}

@@ -35,7 +35,7 @@ from harnessrl.gateway.schema import (
     NamedToolChoice,
     ToolCall,
 )
-from harnessrl.gateway.toolcalls import OPEN, parse_tool_calls
+from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
 
@@ -200,7 +200,7 @@ def create_app(
         calls, turns = (record.episode.calls, record.turns) if record else ([], [])
         # tokenising and rendering a long request takes seconds: never on the event loop
         prompt = await asyncio.to_thread(build_prompt, policy, body.messages, tools, calls, turns)
-        forced = OPEN if body.tool_choice == "required" or isinstance(body.tool_choice, NamedToolChoice) else ""
+        forced = _forced_prefix(policy, body)
         prompt_ids = prompt.ids + policy.encode(forced) if forced else prompt.ids
         room = policy.context - len(prompt_ids)
         if room < 1:
@@ -280,6 +280,14 @@ def _rendered_reply(
     return policy.encode(full[len(head) : end + len(eos)])
 
 
+def _forced_prefix(policy: Policy, body: ChatRequest) -> str:
+    """What goes in the prompt after the generation prompt so that the reply is a call (to the named
+    tool): never sampled, so never trained on."""
+    if isinstance(body.tool_choice, NamedToolChoice):
+        return policy.call_prefix(body.tool_choice.function["name"])
+    return policy.call_prefix() if body.tool_choice == "required" else ""
+
+
 def _caller_metadata(body: ChatRequest, record: EpisodeRecord | None) -> tuple[str, bool]:
     meta = body.metadata or {}
     agent = meta.get("agent") or (record.agent if record else "main")
@@ -301,7 +309,7 @@ def _assistant_message(
     text = forced + text
     if body.tool_choice == "none":
         return Message(role="assistant", content=text), completion.finish_reason, None
-    parsed = parse_tool_calls(text, {t.function.name for t in body.tools or ()})
+    parsed = parse_tool_calls(text, {t.function.name for t in body.tools or ()}, policy.tool_format)
     error = parsed.error
     if isinstance(body.tool_choice, NamedToolChoice) and not error:
         wanted = body.tool_choice.function["name"]

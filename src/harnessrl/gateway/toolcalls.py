@@ -1,4 +1,5 @@
-"""Parse `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks out of completion text.
+"""Parse tool calls out of completion text, in the policy's tool format (`hermes` by default:
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; see `harnessrl.policy.toolformat`).
 
 A malformed call (bad JSON, missing fields, unknown tool, unterminated block) is never an error
 of the gateway: the text comes back as plain content and the reason is recorded on the call.
@@ -7,13 +8,12 @@ of the gateway: the text comes back as plain content and the reason is recorded 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from harnessrl.gateway.schema import InputError, check_json
+from harnessrl.policy.toolformat import Hermes, ToolFormat
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
+OPEN, CLOSE, BLOCK = Hermes.OPEN, Hermes.CLOSE, Hermes.BLOCK
 
 
 @dataclass
@@ -23,13 +23,13 @@ class Parsed:
     error: str | None = None
 
 
-def parse_tool_calls(text: str, tool_names: set[str]) -> Parsed:
-    if OPEN not in text:
-        return Parsed(text, [])
-    if text.count(OPEN) != text.count(CLOSE):
-        return Parsed(text, [], f"unterminated {OPEN} block")
+def parse_tool_calls(text: str, tool_names: set[str], fmt: ToolFormat | None = None) -> Parsed:
+    fmt = fmt or Hermes()
+    split = fmt.split(text)
+    if split.error or not split.blocks:
+        return Parsed(text, [], split.error)
     calls = []
-    for i, block in enumerate(BLOCK.findall(text)):
+    for i, block in enumerate(split.blocks):
         try:
             call = json.loads(block)
             check_json(call)  # the model can write "\\ud800" or NaN too: what is returned must be storable
@@ -39,11 +39,10 @@ def parse_tool_calls(text: str, tool_names: set[str]) -> Parsed:
             return Parsed(text, [], f"tool call {i}: bad JSON: {str(exc)[:200]}")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return Parsed(text, [], f"tool call {i}: expected an object with a string 'name'")
-        arguments = call.get("arguments", {})
+        arguments = call.get(fmt.args_key, call.get("arguments", {}))
         if not isinstance(arguments, dict):
-            return Parsed(text, [], f"tool call {i}: 'arguments' is not a JSON object")
+            return Parsed(text, [], f"tool call {i}: '{fmt.args_key}' is not a JSON object")
         if call["name"] not in tool_names:
             return Parsed(text, [], f"tool call {i}: unknown tool {call['name']!r}")
         calls.append((call["name"], json.dumps(arguments, ensure_ascii=False)))
-    content = BLOCK.sub("", text).strip()
-    return Parsed(content or None, calls)
+    return Parsed(split.content, calls)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,7 +70,15 @@ class RLConfig(_Strict):
 
 
 class JobConfig(_Strict):
-    model: str = Field(default="tiny-base", description="'tiny-base', 'tiny' or a local Hugging Face folder")
+    model: str = Field(
+        default="tiny-base",
+        description="'tiny-base', 'tiny', a preset ('smollm2-135m-instruct'), a local Hugging Face folder or a .gguf file",
+    )
+    tool_format: str = Field(default="auto", description="auto (from the chat template) | hermes | llama3_json")
+    lora: Literal["auto"] | bool = Field(
+        default="auto",
+        description="train LoRA adapters (rl.train.lora's settings) in SFT and RL; auto: for models over 50M parameters",
+    )
     seed: int = 0
     data: DataConfig = Field(default_factory=DataConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

