@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
-from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences
+from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences, lora_for
 from harnessrl.train.checkpoint import latest_checkpoint
 from tests.train.helpers import sampled_groups
 
@@ -271,3 +271,9 @@ def test_ppo_epochs_take_several_steps_per_batch_and_the_clip_bites_after_the_fi
     assert metrics["policy/clip_frac_high"] + metrics["policy/clip_frac_low"] > 0
     one = single.rl_step(groups)  # one pass, one step: on policy throughout
     assert one["optim/steps"] == 1 and one["policy/clip_frac_high"] == one["policy/clip_frac_low"] == 0
+
+
+def test_lora_is_the_default_above_50m_parameters_only():
+    small, large = build_tiny()[0], torch.nn.Linear(8_000, 8_000)  # 3.4 M, 64 M parameters
+    assert lora_for(small) is None and lora_for(large) == LoraConfig()
+    assert lora_for(small, True, LoraConfig(r=4)).r == 4 and lora_for(large, False) is None

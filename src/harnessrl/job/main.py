@@ -41,7 +41,7 @@ from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.train import LoraConfig, TrainConfig, Trainer, precision
+from harnessrl.train import TrainConfig, Trainer, lora_for, precision
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.types import Episode, read_jsonl
 
@@ -83,7 +83,7 @@ class _Job:
         train = [t for t in train if t not in self.validation]
         index = SearchIndex(docs, out / "index")
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
-        self.lora = _lora(config, self.policy.model)
+        self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)  # for SFT and RL
         self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)
         self.gateway = GatewayClient(ADMIN, app=create_app(self.policy, ADMIN))
         a = config.agent
@@ -270,15 +270,6 @@ class _Job:
         model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
         self.policy.update_weights(model.state_dict())
         return json.loads(chosen.read_text())
-
-
-LORA_ABOVE = 50_000_000  # parameters; `lora: auto` trains adapters on models larger than this
-
-
-def _lora(config: JobConfig, model) -> LoraConfig | None:
-    """The adapters SFT and RL train (rl.train.lora's settings, or the defaults), or None for all weights."""
-    wanted = config.lora if config.lora != "auto" else sum(p.numel() for p in model.parameters()) > LORA_ABOVE
-    return (config.rl.train.lora or LoraConfig()) if wanted else None
 
 
 def _gain_ci(before: Path, after: Path) -> list[float]:

@@ -95,3 +95,14 @@ class TrainConfig(BaseModel):
         if (self.kl == "none") != (self.kl_coef == 0):
             raise ValueError("kl and kl_coef go together: set both (e.g. kl: k3, kl_coef: 0.01) or neither")
         return self
+
+
+LORA_ABOVE = 50_000_000  # parameters: above this, `lora: auto` trains adapters instead of all weights
+
+
+def lora_for(model, wanted: bool | str = "auto", config: LoraConfig | None = None) -> LoraConfig | None:
+    """The adapters to train (`config`, or the defaults) or None for all weights; `auto`: adapters for
+    models over LORA_ABOVE parameters (a 135M model's AdamW state alone is 1 GB in fp32)."""
+    if wanted == "auto":
+        wanted = sum(p.numel() for p in model.parameters()) > LORA_ABOVE
+    return (config or LoraConfig()) if wanted else None
