@@ -56,4 +56,4 @@ def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_pat
     bad = subprocess.run(
         [*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
     )
-    assert bad.returncode == 2 and "not 'tiny', 'tiny-base' or a folder with a config.json" in bad.stderr
+    assert bad.returncode == 2 and "smollm2-135m-instruct, a .gguf file or a folder with a config.json" in bad.stderr

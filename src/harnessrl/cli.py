@@ -316,9 +316,7 @@ def inspect_episode(
         None,
         help="run folder whose *.jsonl files (demos, eval_before, eval_after, ...) are searched, in name order, for EPISODE as an id",
     ),
-    model: str = typer.Option(
-        "tiny-base", help="whose tokenizer decodes the ids: 'tiny', 'tiny-base' or a local Hugging Face folder"
-    ),
+    model: str = typer.Option("tiny-base", help="whose tokenizer decodes the ids: " + MODEL_HELP),
     logprobs: bool = typer.Option(
         False, help="also list every completion token: position, loss mask, sampled logprob, p"
     ),

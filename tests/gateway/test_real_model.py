@@ -43,6 +43,7 @@ async def real_gateway(real_server):
 def test_the_preset_is_a_real_model_whose_template_renders_no_tools(real_policy):
     assert real_policy.name == PRESET and len(real_policy.tokenizer) == 49152
     assert real_policy.model.config.num_hidden_layers == 30
+    assert getattr(real_policy.model.config, "quantization_config", None) is None  # float weights: saves again
     assert (real_policy.native_tools, real_policy.native_calls, real_policy.tool_format.name) == (
         False,
         False,

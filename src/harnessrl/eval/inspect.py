@@ -79,18 +79,25 @@ def _find_in_run(run: Path, episode_id: str) -> Episode:
 
 
 def load_tokenizer(model: str):
-    """Only the tokenizer of 'tiny', 'tiny-base' or a local Hugging Face folder (no weights)."""
+    """Only the tokenizer of 'tiny', 'tiny-base', a preset, a .gguf file (converted once) or a local
+    Hugging Face folder (no weights)."""
     from transformers import AutoTokenizer
 
     from harnessrl.policy import PolicyLoadError
     from harnessrl.policy.model import TINY_BASE
+    from harnessrl.policy.sources import SourceError, local_folder
     from harnessrl.policy.tiny import build_tokenizer
 
     if model == "tiny":
         return build_tokenizer()
-    path = TINY_BASE if model == "tiny-base" else Path(model)
+    try:
+        path = TINY_BASE if model == "tiny-base" else local_folder(model)
+    except SourceError as exc:
+        raise PolicyLoadError(str(exc)) from None
     if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
-        raise PolicyLoadError(f"--model {model}: not 'tiny', 'tiny-base' or a folder with a tokenizer")
+        raise PolicyLoadError(
+            f"--model {model}: not 'tiny', 'tiny-base', a preset, a .gguf or a folder with a tokenizer"
+        )
     return AutoTokenizer.from_pretrained(path)
 
 

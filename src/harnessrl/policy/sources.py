@@ -59,7 +59,7 @@ def local_folder(model: str) -> Path:
 def converted(gguf_file: Path, name: str) -> Path:
     """The cached Hugging Face folder of a GGUF file; written on first use."""
     stat = gguf_file.stat()
-    key = hashlib.sha256(f"{gguf_file.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    key = hashlib.sha256(f"v2:{gguf_file.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:10]
     folder = cache_dir() / "models" / f"{name}-{key}"
     if (folder / "config.json").is_file():
         return folder
@@ -71,7 +71,9 @@ def converted(gguf_file: Path, name: str) -> Path:
     # a model loaded from GGUF refuses save_pretrained; its weights load into one built from its config
     tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    del config.quantization_config  # the weights are float now: a folder that says gguf would refuse to save again
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     partial = folder.with_name(folder.name + ".partial")

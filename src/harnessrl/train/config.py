@@ -70,6 +70,12 @@ class TrainConfig(BaseModel):
     token_budget: int = Field(
         default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
     )
+    logit_budget: int = Field(
+        default=2**27,
+        ge=2**16,
+        description="most logits (tokens x vocabulary) a micro-batch holds: a 49k-vocabulary model gets "
+        "2,730 tokens, not token_budget (each fp32 copy of 8,192 x 49k logits is 1.6 GB, and the loss makes several)",
+    )
     lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
     precision: Precision = Field(
         default="fp32",

@@ -184,7 +184,9 @@ class Trainer:
         """One optimizer step's micro-batches (prompts shared, train/batches.py), their proximal and
         reference logprobs when the loss needs them, and the step's normalisers."""
         cfg = self.config
-        micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget)]
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        budget = max(16, min(cfg.token_budget, cfg.logit_budget // vocab))
+        micro = [micro_batch(mb) for mb in micro_batches(sequences, budget)]
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
         num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
