@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from generation import _requests  # noqa: E402
-from train_throughput import _bare_step, _groups  # noqa: E402
+from train_throughput import _bare_step, _groups, alternate  # noqa: E402
 
 from harnessrl.policy import Policy, SamplingParams  # noqa: E402
 from harnessrl.policy.model import load_model_and_tokenizer  # noqa: E402
@@ -117,17 +116,8 @@ def main() -> None:
             "trainer": lambda: trainer.rl_step(groups),
             "torch": lambda: _bare_step(bare, optimizer, ids, mask, adv),
         }
-        for step in steps.values():  # warm up
-            step()
-        rates: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(args.steps):
-            for name, step in steps.items():
-                start = time.perf_counter()
-                step()
-                rates[name].append(tokens / (time.perf_counter() - start))
-            print("   ".join(f"{name} {r[-1]:,.1f} tok/s" for name, r in rates.items()))
+        train = alternate(steps, args.steps, tokens, ",.1f")
     policy.close()
-    train = {k: statistics.median(v) for k, v in rates.items()}
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads); "
         f"{args.model}: {args.requests} requests x {args.max_tokens} tokens; training {len(seqs)} sequences x "

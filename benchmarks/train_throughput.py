@@ -57,6 +57,20 @@ def _bare_step(model, optimizer, ids: torch.Tensor, mask: torch.Tensor, adv: tor
     optimizer.step()
 
 
+def alternate(steps: dict, rounds: int, tokens: int, spec: str = ",.0f") -> dict[str, float]:
+    """Median tokens/s of each step function: one warm-up call each, then `rounds` rounds that call them in turn."""
+    for step in steps.values():
+        step()
+    rates: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            rates[name].append(tokens / (time.perf_counter() - start))
+        print("   ".join(f"{name} {r[-1]:{spec}} tok/s" for name, r in rates.items()))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
@@ -87,17 +101,8 @@ def main() -> None:
             "torch": lambda: _bare_step(bare, optimizer, ids, mask, adv),
             "bf16": lambda: bf16.rl_step(groups),
         }
-        for step in steps.values():  # warm up
-            step()
-        rates: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(args.steps):
-            for name, step in steps.items():
-                start = time.perf_counter()
-                step()
-                rates[name].append(tokens / (time.perf_counter() - start))
-            print("   ".join(f"{name} {r[-1]:,.0f} tok/s" for name, r in rates.items()))
+        tok_s = alternate(steps, args.steps, tokens)
     policy.close()
-    tok_s = {k: statistics.median(v) for k, v in rates.items()}
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads); "
         f"{len(seqs)} sequences x {args.prompt + args.completion} tokens per step, tiny model; {resolve('auto')[1]}"

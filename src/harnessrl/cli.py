@@ -15,6 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(help="Train LLM agents with RL inside the harness they ship in.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
 MODEL_HELP = "'tiny', 'tiny-base', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
+TOOL_FORMAT_HELP = "how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
 
 
 @app.callback()
@@ -25,9 +26,7 @@ def _main() -> None:
 @app.command()
 def serve(
     model: str = typer.Option("tiny", help=MODEL_HELP),
-    tool_format: str = typer.Option(
-        "auto", help="how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
-    ),
+    tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
     port: int = typer.Option(8000, help="TCP port"),
     admin_key: str | None = typer.Option(
@@ -59,9 +58,7 @@ def serve(
 @app.command()
 def probe(
     model: str = typer.Option("tiny-base", help=MODEL_HELP),
-    tool_format: str = typer.Option(
-        "auto", help="how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
-    ),
+    tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
     items: int = typer.Option(200, min=1, help="fresh items per skill"),
     seed: int = typer.Option(1_000_003, help="seed of the probe items (pretraining never uses it)"),
 ) -> None:
@@ -132,7 +129,7 @@ def train(
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/main"), help="run folder"),
     model: str | None = typer.Option(None, help=MODEL_HELP + "; default the config's model: (tiny-base)"),
-    tool_format: str | None = typer.Option(None, help="auto | hermes | llama3_json; default the config's tool_format:"),
+    tool_format: str | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the config's tool_format:"),
     resume: Path | None = typer.Option(
         None,
         help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
@@ -209,7 +206,7 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
     concurrency: int = typer.Option(32, help="episodes in flight at once"),
     seed: int = typer.Option(0, help="torch seed for sampling"),
-    tool_format: str | None = typer.Option(None, help="auto | hermes | llama3_json; default the job config's"),
+    tool_format: str | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the job config's"),
 ) -> None:
     """Run a harness on every task of a split N times: each metric's mean and 95% CI. Last line: JSON."""
     import json

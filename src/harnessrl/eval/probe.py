@@ -13,13 +13,13 @@ import json
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.mixture import SKILLS, Item, Mixture
-from harnessrl.policy.toolformat import Hermes, ToolFormat
+from harnessrl.policy.toolformat import ToolFormat
 
 
 def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
     if item.expected_call is None:
         return reply.strip() == item.answer
-    parsed = parse_tool_calls(reply, {t["function"]["name"] for t in item.tools or ()}, fmt or Hermes())
+    parsed = parse_tool_calls(reply, {t["function"]["name"] for t in item.tools or ()}, fmt)
     expected = item.expected_call
     return [(n, json.loads(a)) for n, a in parsed.calls] == [(expected["name"], expected["arguments"])]
 

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from harnessrl.gateway.schema import InputError, check_json
 from harnessrl.policy.toolformat import Hermes, ToolFormat
 
-OPEN, CLOSE, BLOCK = Hermes.OPEN, Hermes.CLOSE, Hermes.BLOCK
-
 
 @dataclass
 class Parsed:

@@ -65,10 +65,9 @@ class Policy:
     def render(self, messages: list[dict[str, Any]], tools: list[dict] | None, generation_prompt: bool) -> str:
         """The chat template's text; tools, calls and results written in the tool format where the
         template does not render them itself."""
-        if not self.native_calls:
-            messages = toolformat.adapt(messages, None if self.native_tools else tools, self.tool_format, True)
-        elif tools and not self.native_tools:
-            messages = toolformat.adapt(messages, tools, self.tool_format, False)
+        if not (self.native_tools and self.native_calls):
+            shown = None if self.native_tools else tools
+            messages = toolformat.adapt(messages, shown, self.tool_format, calls_too=not self.native_calls)
         return self._template(messages, tools if self.native_tools else None, generation_prompt)
 
     def call_prefix(self, name: str | None = None) -> str:

@@ -69,7 +69,7 @@ class ToolFormat:
 
 class Hermes(ToolFormat):
     name, args_key, tag = "hermes", "arguments", "<tool_call>"
-    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    OPEN, CLOSE = tag, "</tool_call>"
     BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
     def split(self, text: str) -> Split:
