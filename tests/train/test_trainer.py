@@ -281,3 +281,4 @@ def test_lora_is_the_default_above_50m_parameters_only():
     small, large = build_tiny()[0], torch.nn.Linear(8_000, 8_000)  # 3.4 M, 64 M parameters
     assert lora_for(small) is None and lora_for(large) == LoraConfig()
     assert lora_for(small, True, LoraConfig(r=4)).r == 4 and lora_for(large, False) is None
+    assert lora_for(small, "auto", LoraConfig(r=4)).r == 4  # a job config's explicit rl.train.lora is kept

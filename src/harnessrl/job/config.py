@@ -77,7 +77,7 @@ class JobConfig(_Strict):
     tool_format: str = Field(default="auto", description="auto (from the chat template) | hermes | llama3_json")
     lora: Literal["auto"] | bool = Field(
         default="auto",
-        description="train LoRA adapters (rl.train.lora's settings) in SFT and RL; auto: for models over 50M parameters",
+        description="train LoRA adapters (rl.train.lora's settings) in SFT and RL; auto: when rl.train.lora is set or the model has over 50M parameters",
     )
     seed: int = 0
     data: DataConfig = Field(default_factory=DataConfig)

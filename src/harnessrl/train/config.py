@@ -107,8 +107,9 @@ LORA_ABOVE = 50_000_000  # parameters: above this, `lora: auto` trains adapters 
 
 
 def lora_for(model, wanted: bool | str = "auto", config: LoraConfig | None = None) -> LoraConfig | None:
-    """The adapters to train (`config`, or the defaults) or None for all weights; `auto`: adapters for
-    models over LORA_ABOVE parameters (a 135M model's AdamW state alone is 1 GB in fp32)."""
+    """The adapters to train (`config`, or the defaults) or None for all weights; `auto`: adapters when
+    `config` names them, or for models over LORA_ABOVE parameters (a 135M model's AdamW state alone is
+    1 GB in fp32)."""
     if wanted == "auto":
-        wanted = sum(p.numel() for p in model.parameters()) > LORA_ABOVE
+        wanted = config is not None or sum(p.numel() for p in model.parameters()) > LORA_ABOVE
     return (config or LoraConfig()) if wanted else None
