@@ -1,7 +1,7 @@
 """Train the unchanged agent of `weather_agent.py` with RL, in one process on the CPU.
 
     python examples/train_weather_agent.py [--updates 20] [--groups 4] [--group-size 8] [--lr 1e-3] [--seed 0]
-                                           [--model tiny-base] [--heldout-repeats 4]
+                                           [--model tiny-base] [--heldout-repeats 4] [--warm-start -1]
 
 `agent()` is imported from weather_agent.py as it is: plain `openai` code. harnessrl hands it an
 `openai.AsyncOpenAI` bound to one episode (here over an in-process gateway; `harnessrl serve` and
@@ -11,7 +11,10 @@ trains the policy the gateway serves. The reward, on the first call: 0.5 for cal
 the mean reward on them (`--heldout-repeats` sampled episodes each) is measured before and after. The
 last line is JSON: the mean reward of every update, held-out before and after, minutes and peak memory.
 `--model smollm2-135m-instruct` (or any model `harnessrl serve` takes) trains LoRA adapters instead
-of all weights when the model has over 50M parameters. Measured on the
+of all weights when the model has over 50M parameters, and first takes `--warm-start` SFT steps (2)
+on one demonstrated first turn per training city: the untuned model does not write the tool format,
+so RL alone sees reward 0 in almost every group (held-out is then measured untuned, after the warm
+start, and after RL). Measured on the
 2-core CPU with tiny-base v3 under the AVX2 settings (2026-11-30, default lr 1e-3, seeds 0, 1, 2),
 first update -> 20th: 0.66 -> 0.94, 0.78 -> 0.97, 0.69 -> 0.92 (seed 1 dipped to 0.11 at update 6).
 """
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 
 import openai
-from weather_agent import agent  # the user's agent, unchanged
+from weather_agent import SYSTEM, TOOLS, agent  # the user's agent, unchanged
 
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.policy import Policy
@@ -63,6 +66,28 @@ async def heldout(engine: RolloutEngine, repeats: int) -> float:
     return round(statistics.mean(e.reward.total if e.reward else 0.0 for e in episodes), 3)
 
 
+async def demonstrations(gateway: GatewayClient, cities: list[str]) -> list[Episode]:
+    """One recorded demonstration per city: the agent's first turn answered with the call the reward
+    wants, through the gateway's `POST /v1/demonstrations` (so with the prompt a rollout would have)."""
+    demos = []
+    for city in cities:
+        task = _task(city)
+        episode_id, key = await gateway.create_episode(task)
+        call = {
+            "id": "c0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+        }
+        body = {
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}],
+            "tools": TOOLS,
+            "reply": {"role": "assistant", "content": None, "tool_calls": [call]},
+        }
+        await gateway.openai(key).post("/demonstrations", cast_to=object, body=body)
+        demos.append(await gateway.finish(episode_id, Outcome(answer="")))
+    return demos
+
+
 def _task(city: str) -> Task:
     return Task(prompt=f"What is the weather in {city}?", data={"city": city})
 
@@ -86,6 +111,11 @@ async def main(args) -> dict:
             gateway, harness, reward, RolloutConfig(group_size=args.group_size, groups_per_update=args.groups)
         )
         try:
+            warm = args.warm_start if args.warm_start >= 0 else (0 if config.lora is None else 2)
+            untuned = await heldout(engine, args.heldout_repeats) if warm else None
+            demos = await demonstrations(gateway, CITIES) if warm else []
+            for _ in range(warm):
+                trainer.sft_step(demos)
             before = await heldout(engine, args.heldout_repeats)
             history = await engine.train(trainer, itertools.cycle(tasks), args.updates)
             after = await heldout(engine, args.heldout_repeats)
@@ -96,6 +126,8 @@ async def main(args) -> dict:
     return {
         "reward_first_update": rewards[0],
         "reward_last_update": rewards[-1],
+        "heldout_reward_untuned": untuned,
+        "warm_start_steps": warm,
         "heldout_reward_before": before,
         "heldout_reward_after": after,
         "reward_by_update": rewards,
@@ -117,4 +149,11 @@ if __name__ == "__main__":
     parser.add_argument("--ppo-epochs", type=int, default=1, help="optimizer passes over each batch")
     parser.add_argument("--model", default="tiny-base", help="tiny-base, smollm2-135m-instruct, a folder or a .gguf")
     parser.add_argument("--heldout-repeats", type=int, default=4, help="sampled episodes per held-out city")
+    parser.add_argument(
+        "--warm-start",
+        type=int,
+        default=-1,
+        help="SFT steps on one demonstrated first turn per training city before RL; -1: 2 for models trained "
+        "with LoRA (a real model that does not yet write the tool format), 0 otherwise",
+    )
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

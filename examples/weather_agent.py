@@ -33,13 +33,16 @@ TOOLS = [
 ]
 
 
+SYSTEM = "You answer weather questions."
+
+
 def get_weather(city: str) -> str:
     return f"{city}: sunny, 21 C"
 
 
 async def agent(client: openai.AsyncOpenAI, question: str, turns: int = 5) -> str:
     """The user's agent: call the model, run the tools it asks for, keep the conversation going."""
-    messages = [{"role": "system", "content": "You answer weather questions."}, {"role": "user", "content": question}]
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     answer = ""
     for _ in range(turns):
         response = await client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=48)

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import json
 import random
+import resource
 import shutil
 import time
 from collections import Counter
@@ -123,6 +124,7 @@ class _Job:
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
             "wall_seconds": sum(self.seconds.values()),
+            "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,  # this process, Linux: KiB
             "phase_seconds": self.seconds,
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
