@@ -15,6 +15,7 @@ came from.
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import logging
 import math
@@ -161,6 +162,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         new_version = self.push()
+        _release_freed_memory()
 
         # log
         seconds = time.perf_counter() - started
@@ -359,6 +361,16 @@ class _Stats:
             else:
                 out[key] = total / count
         return out
+
+
+def _release_freed_memory() -> None:
+    """Hand memory freed by this update back to the OS (glibc only). Updates run in worker threads
+    (`asyncio.to_thread`), each with its own malloc arena that keeps what it freed: on SmolLM2 the
+    weather example grew to 24 GB in 4 updates, 11 GB with MALLOC_ARENA_MAX=2."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
+        pass
 
 
 def _warn_dropout(model, config: TrainConfig) -> None:
