@@ -22,7 +22,8 @@ def test_serve_and_an_example_agent_over_http(tmp_path):
     port = _free_port()
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", str(port), "--admin-key", "cli-admin-key"],
+        [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", str(port), "--admin-key", "cli-admin-key",
+         "--frozen", "scout=tiny-base"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -43,6 +44,8 @@ def test_serve_and_an_example_agent_over_http(tmp_path):
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary["calls"] == 5 and summary["token_exact"] is True
         assert summary["prompt_tokens"] == sorted(summary["prompt_tokens"])
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer cli-admin-key"})
+        assert [m["id"] for m in models.json()["data"]] == ["tiny", "scout"]
     finally:
         server.terminate()
         server.wait(timeout=30)

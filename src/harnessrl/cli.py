@@ -37,18 +37,37 @@ def serve(
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="larger request bodies get 413"),
     default_max_tokens: int = typer.Option(512, help="max_tokens when a request gives none"),
     log_level: str = typer.Option("info", help="uvicorn log level; 'info' logs every request"),
+    frozen: list[str] = typer.Option(
+        [],
+        help="NAME=MODEL (a frozen copy in process: tiny-base, a preset, a folder, a .gguf) or "
+        "NAME=http://HOST/v1#UPSTREAM (proxied; key from HARNESSRL_FROZEN_API_KEY); requests with model NAME "
+        "go there and are recorded untrainable. Repeatable.",
+    ),
 ) -> None:
     """Serve the policy behind the OpenAI-compatible gateway and record episodes."""
     import uvicorn
 
     from harnessrl.gateway import create_app
+    from harnessrl.gateway.models import parse_frozen
 
+    try:
+        frozen_models = dict(parse_frozen(spec, tool_format) for spec in frozen)
+    except ValueError as exc:  # FrozenSpecError, PolicyLoadError
+        raise typer.BadParameter(str(exc), param_hint="--frozen") from None
     policy = _load_policy(model, seed, max_batch, tool_format)
     if admin_key is None:
         admin_key = "hrl-admin-" + secrets.token_urlsafe(18)
         console.print(f"[yellow]no --admin-key or HARNESSRL_ADMIN_KEY; this run's admin key:[/] {admin_key}")
-    gateway = create_app(policy, admin_key, max_request_bytes=max_request_bytes, default_max_tokens=default_max_tokens)
+    gateway = create_app(
+        policy,
+        admin_key,
+        max_request_bytes=max_request_bytes,
+        default_max_tokens=default_max_tokens,
+        frozen=frozen_models,
+    )
     console.print(f"serving [bold]{policy.name}[/] on http://{host}:{port}/v1 (policy_version {policy.version})")
+    for name in frozen_models:
+        console.print(f"  frozen [bold]{name}[/]: requests with model {name!r}, recorded untrainable")
     try:
         uvicorn.run(gateway, host=host, port=port, log_level=log_level)
     finally:

@@ -40,9 +40,17 @@ class Call(_Model):
     sample, and the trainer never takes an importance ratio against them (`sampled` is False).
     `extends_call` is the index of an earlier call of the episode whose prompt + completion this
     call's prompt begins with (the gateway reused its ids); None starts a new sequence.
+
+    The call tree (`harnessrl.calltree`): `lineage` names one conversation of one agent (a sub-agent
+    assigned two tasks has two lineages), `parent_call` the earlier call whose tool call spawned that
+    conversation. A frozen model's call has `trainable` False, its `model` name and a version that
+    never changes.
     """
 
     agent: str = Field(default="main", description="which agent of the harness made the call")
+    model: str | None = Field(default=None, description="the model that served the call (None: the trainable policy)")
+    lineage: str | None = Field(default=None, description="the conversation the call belongs to; None: its agent's")
+    parent_call: int | None = Field(default=None, ge=0, description="index of the call that spawned this lineage")
     prompt_ids: list[int]
     completion_ids: list[int]
     sampled_logprobs: list[float]

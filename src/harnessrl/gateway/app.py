@@ -5,6 +5,11 @@ POST /v1/episodes, GET /v1/episodes, GET|DELETE /v1/episodes/{id}, POST /v1/epis
 Every route but /health needs `Authorization: Bearer KEY`: the admin key, or an episode's own key
 (which reaches only its own episode). Errors are OpenAI-shaped and name the offending field.
 
+Several models, one call tree: a request whose `model` names a frozen model (`gateway/models.py`)
+goes to it and is recorded untrainable; anything else goes to the trainable policy. A request's
+`metadata` places the call in the episode's tree: `agent`, `lineage` (one conversation; default
+the agent) and `parent` (the `id` of this episode's chat completion whose tool call spawned it).
+
 The gateway knows the policy and episodes; it knows nothing about rewards or training.
 """
 
@@ -16,6 +21,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import httpx
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -23,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harnessrl.gateway.bodylimit import BodyLimit
 from harnessrl.gateway.episodes import EpisodeRecord, EpisodeStore
+from harnessrl.gateway.models import Frozen, Proxied
 from harnessrl.gateway.prompts import TEMPLATE_ERRORS, PromptError, Turn, build_prompt
 from harnessrl.gateway.schema import (
     ChatRequest,
@@ -58,13 +65,17 @@ def create_app(
     max_request_bytes: int = 4 * 1024 * 1024,
     default_max_tokens: int = 512,
     finish_wait_seconds: float = 60.0,
+    frozen: dict[str, Frozen] | None = None,
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
+    frozen = dict(frozen or {})
+    if policy.name in frozen:
+        raise ValueError(f"frozen model {policy.name!r} has the trainable policy's name")
     app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # a JSON 413 (FastAPI's own is plain text)
     store = EpisodeStore()
-    app.state.store, app.state.policy = store, policy
+    app.state.store, app.state.policy, app.state.frozen = store, policy, frozen
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -125,9 +136,10 @@ def create_app(
 
     @app.get("/v1/models")
     async def models(_: Caller = Depends(caller)) -> dict:
+        served = [(policy.name, "harnessrl"), *((name, "harnessrl-frozen") for name in frozen)]
         return {
             "object": "list",
-            "data": [{"id": policy.name, "object": "model", "created": 0, "owned_by": "harnessrl"}],
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in served],
         }
 
     @app.post("/v1/episodes")
@@ -176,14 +188,17 @@ def create_app(
         if record.episode.status != "running":
             raise APIError(409, f"episode is {record.episode.status}", code="episode_finished")
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        prompt = await asyncio.to_thread(build_prompt, policy, body.messages, tools, record.episode.calls, record.turns)
+        thread = (record.agent, None)
+        prompt = await asyncio.to_thread(
+            build_prompt, policy, body.messages, tools, record.episode.calls, record.turns, thread
+        )
         completion = await asyncio.to_thread(_rendered_reply, policy, prompt.text, body.messages, body.reply, tools)
         record.episode.calls.append(Call(
             agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
             policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
             finish_reason="tool_calls" if body.reply.tool_calls else "stop", demonstration=True,
         ))  # fmt: skip
-        record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity()))
+        record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity(), thread))
         return {
             "call": len(record.episode.calls) - 1,
             "prompt_tokens": len(prompt.ids),
@@ -195,18 +210,24 @@ def create_app(
         record = who.record
         if record is not None and record.episode.status != "running":
             raise APIError(409, f"episode is {record.episode.status}; create a new one", code="episode_finished")
-        agent, trainable = _caller_metadata(body, record)
+        place = _place(body, record)
+        served = frozen.get(body.model or "")
+        if isinstance(served, Proxied):
+            return await _proxied(served, body, record, place)
+        model = policy if served is None else served.policy
+        if served is not None:
+            place.model, place.trainable = body.model, False
         tools = body.tool_specs()
         calls, turns = (record.episode.calls, record.turns) if record else ([], [])
         # tokenising and rendering a long request takes seconds: never on the event loop
-        prompt = await asyncio.to_thread(build_prompt, policy, body.messages, tools, calls, turns)
-        forced = _forced_prefix(policy, body)
-        prompt_ids = prompt.ids + policy.encode(forced) if forced else prompt.ids
-        room = policy.context - len(prompt_ids)
+        prompt = await asyncio.to_thread(build_prompt, model, body.messages, tools, calls, turns, place.thread)
+        forced = _forced_prefix(model, body)
+        prompt_ids = prompt.ids + model.encode(forced) if forced else prompt.ids
+        room = model.context - len(prompt_ids)
         if room < 1:
             raise APIError(
                 400,
-                f"messages: the prompt has {len(prompt_ids)} tokens; the model's context is {policy.context}",
+                f"messages: the prompt has {len(prompt_ids)} tokens; the model's context is {model.context}",
                 param="messages",
                 code="context_length_exceeded",
             )
@@ -222,7 +243,7 @@ def create_app(
         if record is not None:
             record.in_flight += 1
         try:
-            completions = await _unless_disconnected(request, policy.engine.generate(prompt_ids, params, body.n))
+            completions = await _unless_disconnected(request, model.engine.generate(prompt_ids, params, body.n))
         finally:
             if record is not None:
                 record.in_flight -= 1
@@ -230,27 +251,32 @@ def create_app(
             return Response(status_code=499)
         if record is not None and prompt.extends_call in record.held_choices:  # the agent kept this choice of n
             record.episode.calls[prompt.extends_call].trainable = record.held_choices.pop(prompt.extends_call)
+        response_id = "chatcmpl-" + secrets.token_hex(12)
         choices = []
         for index, completion in enumerate(completions):
-            message, finish, error = _assistant_message(policy, completion, forced, body)
+            message, finish, error = _assistant_message(model, completion, forced, body)
             if record is not None:
                 if body.n > 1:  # siblings must not share the episode's advantage unless the agent goes on from one
-                    record.held_choices[len(record.episode.calls)] = trainable
+                    record.held_choices[len(record.episode.calls)] = place.trainable
+                record.responses.setdefault(response_id, len(record.episode.calls))
                 record.episode.calls.append(Call(
-                    agent=agent, prompt_ids=prompt_ids, completion_ids=completion.ids,
+                    agent=place.agent, model=place.model, lineage=place.lineage, parent_call=place.parent_call,
+                    prompt_ids=prompt_ids, completion_ids=completion.ids,
                     sampled_logprobs=completion.logprobs, policy_version=completion.policy_version,
-                    trainable=trainable and body.n == 1, finish_reason=finish, extends_call=prompt.extends_call,
+                    trainable=place.trainable and body.n == 1, finish_reason=finish, extends_call=prompt.extends_call,
                     tool_call_error=error, started_at=started, ended_at=time.time(),
                     temperature=params.temperature, top_p=params.top_p,
                 ))  # fmt: skip
-                record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity()))
-            choices.append(_choice(policy, index, message, finish, completion if body.logprobs else None))
+                record.turns.append(
+                    Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity(), place.thread)
+                )
+            choices.append(_choice(model, index, message, finish, completion if body.logprobs else None))
         completion_tokens = sum(len(c.ids) for c in completions)
         return JSONResponse({
-            "id": "chatcmpl-" + secrets.token_hex(12),
+            "id": response_id,
             "object": "chat.completion",
             "created": int(started),
-            "model": policy.name,
+            "model": place.model or policy.name,
             "system_fingerprint": f"policy-v{completions[0].policy_version}",
             "choices": choices,
             "usage": {
@@ -288,15 +314,93 @@ def _forced_prefix(policy: Policy, body: ChatRequest) -> str:
     return policy.call_prefix() if body.tool_choice == "required" else ""
 
 
-def _caller_metadata(body: ChatRequest, record: EpisodeRecord | None) -> tuple[str, bool]:
+@dataclass
+class Place:
+    """Where a call sits in its episode: agent, conversation, spawning call, and who serves it."""
+
+    agent: str
+    trainable: bool
+    lineage: str | None = None
+    parent_call: int | None = None
+    model: str | None = None  # a frozen model's name; None for the trainable policy
+
+    @property
+    def thread(self) -> tuple[str, str | None]:
+        """What a call may extend: only earlier calls of the same conversation on the same model."""
+        return (self.lineage or self.agent, self.model)
+
+
+def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
     meta = body.metadata or {}
-    agent = meta.get("agent") or (record.agent if record else "main")
-    trainable = record.trainable if record else True
+    unknown = sorted(set(meta) - {"agent", "trainable", "lineage", "parent"})
+    if unknown:
+        raise APIError(
+            400,
+            f"metadata.{unknown[0]}: unknown key; known: agent, lineage, parent, trainable",
+            f"metadata.{unknown[0]}",
+        )
+    place = Place(meta.get("agent") or (record.agent if record else "main"), record.trainable if record else True)
+    place.lineage = meta.get("lineage") or None
     if "trainable" in meta:
         if meta["trainable"] not in ("true", "false"):
             raise APIError(400, "metadata.trainable must be 'true' or 'false'", param="metadata.trainable")
-        trainable = meta["trainable"] == "true"
-    return agent, trainable
+        place.trainable = meta["trainable"] == "true"
+    if "parent" in meta:
+        if record is None or meta["parent"] not in record.responses:
+            raise APIError(
+                400, "metadata.parent: not the id of a chat completion of this episode", param="metadata.parent"
+            )
+        place.parent_call = record.responses[meta["parent"]]
+    if record is not None:  # a conversation keeps the parent it began with (calltree checks this)
+        name = place.lineage or place.agent
+        first = next((c for c in record.episode.calls if (c.lineage or c.agent) == name), None)
+        if first is not None and first.parent_call != place.parent_call:
+            raise APIError(
+                400,
+                f"metadata.parent: lineage {name!r} was spawned by call {first.parent_call}, not {place.parent_call}",
+                param="metadata.parent",
+            )
+    return place
+
+
+async def _proxied(served: Proxied, body: ChatRequest, record: EpisodeRecord | None, place: Place) -> Response:
+    """Forward to a frozen model's own endpoint; record what it returns (its ids when it sends them)."""
+    payload = body.model_dump(mode="json", exclude_unset=True, exclude={"metadata"})
+    payload.update(served.extra_body, model=served.model)
+    headers = {"Authorization": f"Bearer {served.api_key}"} if served.api_key else {}
+    started = time.time()
+    try:
+        async with httpx.AsyncClient(timeout=served.timeout) as client:
+            reply = await client.post(f"{served.base_url}/chat/completions", json=payload, headers=headers)
+        data = reply.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise APIError(
+            502,
+            f"model {body.model!r}: {served.base_url} failed: {type(exc).__name__}: {exc}",
+            "model",
+            "upstream_error",
+        ) from None
+    if reply.status_code != 200 or not isinstance(data.get("choices"), list):
+        return JSONResponse(data, status_code=reply.status_code if reply.status_code != 200 else 502)
+    data["id"] = "chatcmpl-" + secrets.token_hex(12)
+    if record is not None:
+        record.responses[data["id"]] = len(record.episode.calls)
+        for choice in data["choices"]:
+            ids = [int(i) for i in choice.get("token_ids") or []]
+            logprobs = [float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or [])]
+            record.episode.calls.append(Call(
+                agent=place.agent, model=body.model, lineage=place.lineage, parent_call=place.parent_call,
+                prompt_ids=[int(i) for i in data.get("prompt_token_ids") or []], completion_ids=ids,
+                sampled_logprobs=logprobs if len(logprobs) == len(ids) else [0.0] * len(ids), policy_version=0,
+                trainable=False, finish_reason=_finish(choice.get("finish_reason")), temperature=body.temperature,
+                top_p=body.top_p, started_at=started, ended_at=time.time(),
+            ))  # fmt: skip
+            record.turns.append(Turn([], "", "", (), place.thread))  # nothing a later call could extend
+    return JSONResponse(data)
+
+
+def _finish(reason: str | None) -> str:
+    return reason if reason in ("stop", "length", "tool_calls") else "stop"
 
 
 def _assistant_message(

@@ -19,6 +19,7 @@ class EpisodeRecord:
     in_flight: int = 0  # chat calls still generating; `finish` waits for them
     # choices of an n > 1 request, recorded untrainable: call index -> the trainable flag it gets if a later call extends it
     held_choices: dict[int, bool] = field(default_factory=dict)
+    responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
 
 
 class EpisodeStore:

@@ -42,6 +42,7 @@ class Turn:
     tools_key: str
     prompt_text: str  # the rendered request (with generation prompt), before any forced prefix
     assistant: tuple  # identity of the assistant message this call returned
+    thread: tuple[str, str | None] = ("main", None)  # (lineage, frozen model): only the same thread extends it
 
 
 @dataclass
@@ -54,15 +55,22 @@ class Prompt:
 
 
 def build_prompt(
-    policy: Policy, messages: list[Message], tools: list[dict] | None, calls: list[Call], turns: list[Turn]
+    policy: Policy,
+    messages: list[Message],
+    tools: list[dict] | None,
+    calls: list[Call],
+    turns: list[Turn],
+    thread: tuple[str, str | None] = ("main", None),
 ) -> Prompt:
+    """The request's prompt ids, reusing those of an earlier call of the same `thread` (one agent's
+    conversation on one model) when the request extends it."""
     dicts = [m.for_template() for m in messages]
     try:
         text = policy.render(dicts, tools, generation_prompt=True)
     except TEMPLATE_ERRORS as exc:
         raise PromptError(f"the chat template cannot render this request: {type(exc).__name__}: {exc}") from None
     prompt = Prompt([], text, None, json.dumps(tools, sort_keys=True), [m.identity() for m in messages])
-    for index in _candidates(prompt, turns):
+    for index in _candidates(prompt, turns, thread):
         ids = _extend(policy, dicts, tools, calls[index], turns[index])
         if ids is not None:
             prompt.ids, prompt.extends_call = ids, index
@@ -71,13 +79,14 @@ def build_prompt(
     return prompt
 
 
-def _candidates(prompt: Prompt, turns: list[Turn]) -> list[int]:
-    """Earlier calls whose messages + returned assistant message begin this request; longest first."""
+def _candidates(prompt: Prompt, turns: list[Turn], thread: tuple[str, str | None]) -> list[int]:
+    """Earlier calls of the thread whose messages + returned assistant message begin this request; longest first."""
     found = []
     for index, turn in enumerate(turns):
         m = len(turn.messages)
         if (
-            turn.tools_key == prompt.tools_key
+            turn.thread == thread
+            and turn.tools_key == prompt.tools_key
             and len(prompt.identities) > m
             and prompt.identities[:m] == turn.messages
             and prompt.identities[m] == turn.assistant

@@ -5,7 +5,8 @@ as the gateway records it) is merged into that sequence: the new prompt tokens (
 turns, template glue) are appended with mask 0 and the completion with mask 1. A call that extends
 nothing (after a prune or a summary) starts a new sequence. Only sampled tokens of trainable calls
 carry loss: never prompt, tool or user tokens, never a frozen sub-agent's completion. Sequences with
-no loss token are dropped. Each token also carries how it was drawn (temperature, top_p, and whether
+no loss token are dropped. A call extends only sequences of its own lineage (`harnessrl.calltree`), so a
+sub-agent's turns never break into the orchestrator's chain. Each token also carries how it was drawn (temperature, top_p, and whether
 it was a sample at all), so the trainer scores the distribution that sampled it and never takes an
 importance ratio against a greedy token or a demonstration.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harnessrl.calltree import lineage_of
 from harnessrl.types import Episode
 
 
@@ -29,6 +31,7 @@ class Sequence:
     advantage: float = 0.0
     episode_id: str = ""
     calls: list[int] = field(default_factory=list)  # indices of the calls merged here
+    lineage: str = ""  # the conversation its calls belong to
 
     def __post_init__(self) -> None:  # built by hand without sampling details: samples at T = 1, no nucleus
         self.temperatures = self.temperatures or [1.0] * len(self.ids)
@@ -52,9 +55,10 @@ def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence
     """The training sequences of one episode, each carrying the episode's advantage."""
     sequences: list[Sequence] = []
     for index, call in enumerate(episode.calls):
-        seq = _extended(sequences, call.prompt_ids)
+        lineage = lineage_of(call)
+        seq = _extended([s for s in sequences if s.lineage == lineage], call.prompt_ids)
         if seq is None:
-            seq = Sequence([], [], [], [], advantage=advantage, episode_id=episode.id)
+            seq = Sequence([], [], [], [], advantage=advantage, episode_id=episode.id, lineage=lineage)
             sequences.append(seq)
         new_prompt = call.prompt_ids[len(seq.ids) :]
         seq.ids += new_prompt + call.completion_ids
