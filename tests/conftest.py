@@ -134,3 +134,22 @@ async def gateway(tool_server):
     client = GatewayClient(ADMIN_KEY, base_url=tool_server.base_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def swarm_models():
+    """A trainable tiny and a frozen one (another seed) for the swarm and call-tree tests."""
+    trainable, frozen = Policy.load("tiny"), Policy.load("tiny", seed=1)
+    yield trainable, frozen
+    trainable.close(), frozen.close()
+
+
+@pytest.fixture
+async def swarm_gateway(swarm_models):
+    """An in-process gateway serving the trainable tiny and the frozen one as model "sub"."""
+    from harnessrl.gateway.models import Pinned
+
+    trainable, frozen = swarm_models
+    client = GatewayClient(ADMIN_KEY, app=create_app(trainable, ADMIN_KEY, frozen={"sub": Pinned(frozen)}))
+    yield client
+    await client.aclose()

@@ -6,27 +6,12 @@ import pytest
 
 from harnessrl.calltree import critical_steps
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
-from harnessrl.gateway.models import FrozenSpecError, Pinned, Proxied, parse_frozen
+from harnessrl.gateway.models import FrozenSpecError, Proxied, parse_frozen
 from harnessrl.policy import Policy
 from harnessrl.train.sequences import episode_sequences
 from tests.conftest import ADMIN_KEY
 
 SYSTEM = {"role": "system", "content": "You are an orchestrator."}
-
-
-@pytest.fixture(scope="module")
-def models():
-    trainable, pinned = Policy.load("tiny"), Policy.load("tiny", seed=1)
-    yield trainable, pinned
-    trainable.close(), pinned.close()
-
-
-@pytest.fixture
-async def gateway(models):
-    trainable, pinned = models
-    client = GatewayClient(ADMIN_KEY, app=create_app(trainable, ADMIN_KEY, frozen={"sub": Pinned(pinned)}))
-    yield client
-    await client.aclose()
 
 
 async def _ask(llm: openai.AsyncOpenAI, model: str, messages: list[dict], **metadata: str):
@@ -35,27 +20,29 @@ async def _ask(llm: openai.AsyncOpenAI, model: str, messages: list[dict], **meta
     )
 
 
-async def test_frozen_calls_are_untrainable_at_a_version_no_push_changes(gateway, models):
-    trainable, pinned = models
-    listed = await gateway._request("GET", "/v1/models")
+async def test_frozen_calls_are_untrainable_at_a_version_no_push_changes(swarm_gateway, swarm_models):
+    trainable, pinned = swarm_models
+    listed = await swarm_gateway._request("GET", "/v1/models")
     assert [m["id"] for m in listed["data"]] == ["tiny", "sub"]
-    episode_id, key = await gateway.create_episode()
-    llm = gateway.openai(key)
+    episode_id, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
     for update in range(3):
         await _ask(llm, "gpt-4o", [SYSTEM, {"role": "user", "content": f"go {update}"}])  # any other name: trainable
         response = await _ask(llm, "sub", [{"role": "user", "content": f"work {update}"}], agent="worker")
         assert response.model == "sub"
         trainable.update_weights(trainable.model.state_dict())  # a weight push after every round
-    episode = await gateway.episode(episode_id)
+    episode = await swarm_gateway.episode(episode_id)
     main, sub = episode.calls[0::2], episode.calls[1::2]
-    assert [c.policy_version for c in main] == [0, 1, 2] and all(c.trainable and c.model is None for c in main)
+    assert [c.policy_version - main[0].policy_version for c in main] == [0, 1, 2] and all(
+        c.trainable and c.model is None for c in main
+    )
     assert {c.policy_version for c in sub} == {pinned.version} and pinned.version == 0
     assert all(not c.trainable and c.model == "sub" and c.agent == "worker" for c in sub)
 
 
-async def test_sub_agents_hang_under_their_parent_and_never_break_the_orchestrator_chain(gateway):
-    episode_id, key = await gateway.create_episode()
-    llm = gateway.openai(key)
+async def test_sub_agents_hang_under_their_parent_and_never_break_the_orchestrator_chain(swarm_gateway):
+    episode_id, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
     messages = [SYSTEM, {"role": "user", "content": "Find three facts."}]
     first = await _ask(llm, "tiny", messages)
     for k in range(3):  # three sub-agents spawned by the first call, one of them on the trainable policy
@@ -65,7 +52,7 @@ async def test_sub_agents_hang_under_their_parent_and_never_break_the_orchestrat
             talk += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
     messages += [first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "results: ..."}]
     await _ask(llm, "tiny", messages)
-    episode = await gateway.episode(episode_id)
+    episode = await swarm_gateway.episode(episode_id)
     assert [c.parent_call for c in episode.calls] == [None] + [0] * 6 + [None]
     assert [c.lineage for c in episode.calls[1:3]] == ["w/0", "w/0"]
     assert episode.calls[-1].extends_call == 0  # the orchestrator's chain survives six calls in between
@@ -74,9 +61,9 @@ async def test_sub_agents_hang_under_their_parent_and_never_break_the_orchestrat
     assert [s.calls for s in sequences] == [[0, 7], [1, 2]]  # the frozen sub-agents carry no loss: dropped
 
 
-async def test_bad_metadata_is_a_400_naming_the_key(gateway):
-    _, key = await gateway.create_episode()
-    llm = gateway.openai(key)
+async def test_bad_metadata_is_a_400_naming_the_key(swarm_gateway):
+    _, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
     user = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.BadRequestError, match="metadata.parent: not the id of a chat completion"):
         await _ask(llm, "tiny", user, parent="chatcmpl-nope")
@@ -88,8 +75,8 @@ async def test_bad_metadata_is_a_400_naming_the_key(gateway):
         await _ask(llm, "sub", user, lineage="w/0")
 
 
-async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(models):
-    trainable, pinned = models
+async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(swarm_models):
+    trainable, pinned = swarm_models
     with BackgroundServer(create_app(pinned, ADMIN_KEY)) as upstream:
         frozen = {
             "remote": Proxied(upstream.base_url + "/v1", "tiny", api_key=ADMIN_KEY),

@@ -199,7 +199,10 @@ def create_app(
             finish_reason="tool_calls" if body.reply.tool_calls else "stop", demonstration=True,
         ))  # fmt: skip
         record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity(), thread))
+        response_id = "chatcmpl-" + secrets.token_hex(12)  # what a sub-agent it spawns names as its parent
+        record.responses[response_id] = len(record.episode.calls) - 1
         return {
+            "id": response_id,
             "call": len(record.episode.calls) - 1,
             "prompt_tokens": len(prompt.ids),
             "completion_tokens": len(completion),

@@ -1,0 +1,241 @@
+"""An orchestrator's swarm: tools that create sub-agents and assign them tasks, run on frozen models.
+
+The orchestrator is ordinary agent code with three more tools (Kimi K2.5's Agent Swarm):
+`create_subagent(name, instructions)`, `assign_task(agent, task)` and `assign_tasks(assignments)`
+(several at once). Every assignment is one sub-agent conversation, run by the harness author's
+`SubAgent` function on a frozen model; the tool calls of one orchestrator reply run concurrently,
+and only each sub-agent's final output returns, as the tool result. A sub-agent that raises, times
+out or runs out of steps comes back as an error observation and counts as unfinished; it never
+fails the episode.
+
+    swarm = Swarm(llm, run_subagent, model="searcher")
+    response = await llm.chat.completions.create(..., tools=swarm.schemas + mine.schemas)
+    results = await swarm.execute(response, mine)   # tool messages, in order
+
+Each sub-agent's `llm` fills in the frozen `model` and the call-tree `metadata` (agent, lineage,
+parent = the orchestrator reply that assigned it) on every request, so its calls hang under that
+reply in the episode's call tree (`harnessrl.calltree`). `summary()` goes into the outcome's
+`info["swarm"]`, where the PARL reward terms read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import openai
+from pydantic import BaseModel, ConfigDict, Field
+
+from harnessrl.harness.tools import Toolbox
+
+
+class SwarmLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_subagents: int = Field(default=8, ge=1, description="sub-agents create_subagent may define")
+    max_assignments: int = Field(default=16, ge=1, description="sub-agent runs per episode")
+    max_parallel: int = Field(default=8, ge=1, description="assignments in one assign_tasks call")
+    max_subagent_steps: int = Field(default=6, ge=1, description="model calls per sub-agent run")
+    max_orchestrator_steps: int = Field(default=8, ge=1, description="orchestrator replies per episode")
+    max_critical_steps: int | None = Field(default=None, ge=1, description="budget in critical steps; None: none")
+    subagent_timeout: float = Field(default=120.0, gt=0, description="seconds per sub-agent run")
+
+
+@dataclass
+class Assignment:
+    """What a sub-agent run is given; `llm` calls carry `model` and `metadata` by themselves."""
+
+    agent: str
+    instructions: str
+    task: str
+    lineage: str
+    max_steps: int
+
+
+@dataclass
+class SubAgentRun:
+    agent: str
+    lineage: str
+    task: str
+    output: str | None = None
+    error: str | None = None
+    steps: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.output is not None and self.error is None
+
+
+# async def run_subagent(assignment, llm) -> str | None: the final output (None: gave none, unfinished)
+SubAgent = Callable[[Assignment, Any], Awaitable[str | None]]
+
+
+class StepLimitError(RuntimeError):
+    """A sub-agent asked for more model calls than its run allows."""
+
+
+class _BoundLLM:
+    """`llm.chat.completions.create(**kw)` with the frozen model and the call-tree metadata filled in, counted."""
+
+    def __init__(self, llm: openai.AsyncOpenAI, model: str, metadata: dict[str, str], run: SubAgentRun, limit: int):
+        self._llm, self._model, self._metadata, self._run, self._limit = llm, model, metadata, run, limit
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    async def _create(self, **kwargs):
+        if self._run.steps >= self._limit:
+            raise StepLimitError(f"step limit: {self._limit} model calls per sub-agent run")
+        self._run.steps += 1
+        kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
+        return await self._llm.chat.completions.create(**kwargs)
+
+
+@dataclass
+class Swarm:
+    llm: openai.AsyncOpenAI
+    subagent: SubAgent
+    model: str  # the frozen model sub-agents call
+    limits: SwarmLimits = field(default_factory=SwarmLimits)
+    agents: dict[str, str] = field(default_factory=dict)  # name -> instructions
+    runs: list[SubAgentRun] = field(default_factory=list)
+    orchestrator_steps: int = 0
+    critical_steps: int = 0  # as the calls happen; harnessrl.calltree recomputes it from the record
+
+    def __post_init__(self) -> None:
+        self._parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
+        self._stage: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("stage")
+        self.tools = Toolbox(
+            [self.create_subagent, self.assign_task, self.assign_tasks], timeout=self.limits.subagent_timeout + 30
+        )
+
+    @property
+    def schemas(self) -> list[dict]:
+        return self.tools.schemas
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why the orchestrator must stop now (step or critical-step budget spent), or None."""
+        if self.orchestrator_steps >= self.limits.max_orchestrator_steps:
+            return f"orchestrator step limit ({self.limits.max_orchestrator_steps})"
+        budget = self.limits.max_critical_steps
+        if budget is not None and self.critical_steps >= budget:
+            return f"critical-step budget ({budget})"
+        return None
+
+    # ---- the orchestrator's tools (their docstrings are what the model sees) -------------------
+
+    async def create_subagent(self, name: str, instructions: str) -> str:
+        """Define a sub-agent that later tasks can be assigned to.
+
+        Args:
+            name: a short name for it
+            instructions: what it is for and how it should work
+        """
+        if name not in self.agents and len(self.agents) >= self.limits.max_subagents:
+            return f"error: at most {self.limits.max_subagents} sub-agents; reuse one of {', '.join(self.agents)}"
+        self.agents[name] = instructions
+        return f"created {name}"
+
+    async def assign_task(self, agent: str, task: str) -> str:
+        """Give one task to a sub-agent; returns its final output.
+
+        Args:
+            agent: the sub-agent's name
+            task: what it should do
+        """
+        return (await self._assign([(agent, task)]))[0]
+
+    async def assign_tasks(self, assignments: list[dict[str, str]]) -> str:
+        """Give several tasks at once, run in parallel; returns each output in order.
+
+        Args:
+            assignments: [{"agent": name, "task": text}, ...]
+        """
+        pairs = []
+        for i, item in enumerate(assignments):
+            if set(item) != {"agent", "task"}:
+                return f"error: assignments.{i}: needs exactly the keys agent and task"
+            pairs.append((item["agent"], item["task"]))
+        if len(pairs) > self.limits.max_parallel:
+            return f"error: at most {self.limits.max_parallel} assignments at once"
+        outputs = await self._assign(pairs)
+        return json.dumps(
+            [{"agent": a, "task": t, "output": o} for (a, t), o in zip(pairs, outputs)], ensure_ascii=False
+        )
+
+    # ---- running them -----------------------------------------------------------------------
+
+    async def execute(self, response, others: Toolbox | None = None) -> list[dict]:
+        """Run every tool call of an orchestrator reply, concurrently; the tool messages, in order.
+
+        Counts one orchestrator step and its stage's critical steps (1 + the longest sub-agent run
+        it started). Calls to tools of neither toolbox come back as errors."""
+        message = response.choices[0].message
+        self.orchestrator_steps += 1
+        stage: list[SubAgentRun] = []
+        self._parent.set(response.id)
+        self._stage.set(stage)
+
+        async def run(call) -> dict:
+            name, arguments = call.function.name, call.function.arguments
+            box = self.tools if name in self.tools.tools or others is None else others
+            text, _ = await box.call(name, arguments)
+            return {"role": "tool", "tool_call_id": call.id, "content": text}
+
+        results = await asyncio.gather(*(run(c) for c in message.tool_calls or []))
+        self.critical_steps += 1 + max((r.steps for r in stage), default=0)
+        return list(results)
+
+    async def _assign(self, pairs: list[tuple[str, str]]) -> list[str]:
+        parent, stage = self._parent.get(None), self._stage.get(None)
+        if parent is None or stage is None:
+            raise RuntimeError("assign sub-agent tasks through Swarm.execute(response), which knows the parent call")
+        out: list[str | None] = [None] * len(pairs)
+        todo = []
+        for i, (agent, task) in enumerate(pairs):
+            if agent not in self.agents:
+                out[i] = f"error: no sub-agent {agent!r}; create_subagent first" + (
+                    f" (have: {', '.join(self.agents)})" if self.agents else ""
+                )
+            elif len(self.runs) >= self.limits.max_assignments:
+                out[i] = f"error: at most {self.limits.max_assignments} assignments per episode"
+            else:
+                run = SubAgentRun(agent, f"{agent}/{len(self.runs)}", task)
+                self.runs.append(run)
+                stage.append(run)
+                todo.append((i, run))
+        done = await asyncio.gather(*(self._run(run, parent) for _, run in todo))
+        for (i, _), text in zip(todo, done):
+            out[i] = text
+        return [o or "" for o in out]
+
+    async def _run(self, run: SubAgentRun, parent: str) -> str:
+        limit = self.limits.max_subagent_steps
+        assignment = Assignment(run.agent, self.agents[run.agent], run.task, run.lineage, limit)
+        metadata = {"agent": run.agent, "lineage": run.lineage, "parent": parent}
+        llm = _BoundLLM(self.llm, self.model, metadata, run, limit)
+        try:
+            run.output = await asyncio.wait_for(self.subagent(assignment, llm), self.limits.subagent_timeout)
+        except TimeoutError:
+            run.error = f"timed out after {self.limits.subagent_timeout} s"
+        except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
+            run.error = f"{type(exc).__name__}: {exc}"
+        if run.error is not None:
+            return f"error: sub-agent {run.agent} ({run.lineage}) did not finish: {run.error}"
+        if run.output is None:
+            return f"error: sub-agent {run.agent} ({run.lineage}) gave no output in {run.steps} steps"
+        return run.output
+
+    def summary(self) -> dict[str, Any]:
+        """What the episode's outcome records under info["swarm"]."""
+        return {
+            "subagents": len(self.agents),
+            "assigned": len(self.runs),
+            "finished": sum(r.finished for r in self.runs),
+            "orchestrator_steps": self.orchestrator_steps,
+            "critical_steps": self.critical_steps,
+            "runs": [asdict(r) for r in self.runs],
+        }

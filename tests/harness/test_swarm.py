@@ -1,0 +1,82 @@
+"""The swarm helper through a real gateway: frozen sub-agents run concurrently under their parent call;
+failures, timeouts and step limits come back as observations; limits and budgets hold."""
+
+import asyncio
+import json
+
+import pytest
+
+from harnessrl.calltree import critical_steps
+from harnessrl.harness.swarm import Swarm, SwarmLimits
+from tests.harness.scripted_swarm import call, chatterbox, run_scripted, scripted_reply, worker
+
+
+async def test_assigned_sub_agents_run_concurrently_under_the_call_that_assigned_them(swarm_gateway):
+    episode, swarm, _ = await run_scripted(swarm_gateway, tasks=3)
+    orchestrator = [i for i, c in enumerate(episode.calls) if c.agent == "main"]
+    subs = [c for c in episode.calls if c.agent == "scout"]
+    assert len(orchestrator) == 3 and len(subs) == 3
+    assert all(c.parent_call == orchestrator[1] and c.model == "sub" and not c.trainable for c in subs)
+    assert len({c.lineage for c in subs}) == 3
+    assert max(c.started_at for c in subs) < min(c.ended_at for c in subs)  # all three were in flight at once
+    # critical steps: 3 orchestrator replies + the longest sub-agent (1 step), live and from the record
+    assert swarm.critical_steps == critical_steps(episode.calls) == 4 and len(episode.calls) == 6
+    summary = episode.outcome.info["swarm"]
+    assert summary["assigned"] == summary["finished"] == 3 and summary["subagents"] == 1
+
+
+async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gateway):
+    async def crash(assignment, llm):
+        raise ValueError("tool exploded")
+
+    async def slow(assignment, llm):
+        await asyncio.sleep(30)
+
+    async def silent(assignment, llm):
+        await worker(assignment, llm)
+        return None
+
+    for subagent, expected in [
+        (crash, "did not finish: ValueError: tool exploded"),
+        (slow, "did not finish: timed out after 0.3 s"),
+        (chatterbox, "did not finish: StepLimitError: step limit: 2 model calls per sub-agent run"),
+        (silent, "gave no output in 1 steps"),
+    ]:
+        limits = SwarmLimits(subagent_timeout=0.3 if subagent is slow else 60, max_subagent_steps=2)
+        episode, swarm, messages = await run_scripted(swarm_gateway, tasks=2, subagent=subagent, limits=limits)
+        assert episode.status == "finished" and episode.outcome.info["swarm"]["finished"] == 0
+        outputs = [item["output"] for item in json.loads(messages[-2]["content"])]  # assign_tasks' observation
+        assert outputs == [f"error: sub-agent scout (scout/{i}) {expected}" for i in range(2)]
+    assert [r.steps for r in swarm.runs] == [1, 1]
+
+
+async def test_limits_and_budgets(swarm_gateway):
+    _, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
+    swarm = Swarm(llm, worker, model="sub", limits=SwarmLimits(max_subagents=1, max_assignments=2, max_parallel=2,
+                                                               max_orchestrator_steps=5, max_critical_steps=4))  # fmt: skip
+    with pytest.raises(RuntimeError, match="through Swarm.execute"):
+        await swarm.assign_task("a", "x")
+    messages = [{"role": "user", "content": "go"}]
+
+    async def step(*tool_calls) -> list[str]:
+        response = await scripted_reply(llm, messages, swarm.schemas, list(tool_calls))
+        return [m["content"] for m in await swarm.execute(response)]
+
+    assert await step(call("create_subagent", name="a", instructions="i"), call("create_subagent", name="b", instructions="i")) == [
+        "created a", "error: at most 1 sub-agents; reuse one of a"]  # fmt: skip
+    too_many = [{"agent": "a", "task": str(i)} for i in range(3)]
+    assert await step(call("assign_tasks", assignments=too_many)) == ["error: at most 2 assignments at once"]
+    assert (await step(call("assign_task", agent="b", task="x")))[0].startswith("error: no sub-agent 'b'")
+    assert swarm.exhausted is None and swarm.critical_steps == 3
+    outputs = await step(
+        call("assign_task", agent="a", task="x"),
+        call("assign_task", agent="a", task="y"),
+        call("assign_task", agent="a", task="z"),
+    )
+    assert [o.startswith("error") for o in outputs] == [False, False, True] and "at most 2 assignments" in outputs[2]
+    assert swarm.critical_steps == 5 and swarm.exhausted == "critical-step budget (4)"
+    bad = await step(call("assign_tasks", assignments=[{"agent": "a"}]), call("nope"))
+    assert bad == ["error: assignments.0: needs exactly the keys agent and task",
+                   "error: unknown tool 'nope'; available: create_subagent, assign_task, assign_tasks"]  # fmt: skip
+    assert swarm.exhausted == "orchestrator step limit (5)"
