@@ -30,6 +30,11 @@ class TrainConfig(BaseModel):
         default="grpo", description="grpo (mean/std), drgrpo (mean only), rloo (leave-one-out)"
     )
     dynamic_sampling: bool = Field(default=True, description="drop groups whose rewards are all equal (counted)")
+    credit: Literal["episode", "role"] = Field(
+        default="episode",
+        description="episode: one advantage per episode; role: each agent role (trainable sub-agents) grouped "
+        "and baselined on its own within the task (train/credit.py)",
+    )
     # loss
     loss: Literal["ppo", "cispo"] = Field(default="ppo", description="PPO/GRPO clipped surrogate, or CISPO")
     eps_low: float | None = Field(

@@ -29,10 +29,11 @@ import torch
 
 from harnessrl.policy import Policy
 from harnessrl.train import losses, precision
-from harnessrl.train.advantages import group_advantages, is_degenerate
+from harnessrl.train.advantages import is_degenerate
 from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logits
 from harnessrl.train.checkpoint import load_state, save_checkpoint
 from harnessrl.train.config import TrainConfig
+from harnessrl.train.credit import credited_sequences
 from harnessrl.train.loggers import MetricLoggers
 from harnessrl.train.sequences import Sequence, episode_sequences
 from harnessrl.types import Episode
@@ -92,7 +93,7 @@ class Trainer:
     def rl_step(self, groups: list[list[Episode]], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One policy-gradient update on groups of scored episodes (each group: one task, G episodes)."""
         # advantages
-        kept, dropped, failed, rewards = [], 0, 0, []
+        all_sequences, dropped, failed, small_roles, rewards = [], 0, 0, 0, []
         for group in groups:
             scores = [_reward(e) for e in group]
             rewards += scores
@@ -102,15 +103,17 @@ class Trainer:
             if self.config.dynamic_sampling and is_degenerate(scores):
                 dropped += 1
                 continue
-            kept += list(zip(group, group_advantages(scores, self.config.advantage)))
+            credited, small = credited_sequences(group, scores, self.config.advantage, self.config.credit)
+            all_sequences += credited
+            small_roles += small
         # sequences: policy-gradient losses train on sampled tokens only (no greedy calls, no demonstrations)
-        all_sequences = [s for episode, adv in kept for s in episode_sequences(episode, adv)]
         episodes = [e for g in groups for e in g]
         sequences = [s for s in all_sequences if s.sampled_loss_tokens]
         metrics = {
             "rollout/groups": len(groups),
             "rollout/groups_dropped_equal": dropped,
             "rollout/groups_dropped_reward_failed": failed,
+            **({"rollout/role_groups_dropped_one_member": small_roles} if self.config.credit == "role" else {}),
             "rollout/episodes": len(episodes),
             "rollout/failed": sum(e.status == "failed" for e in episodes),
             # what the batch achieved: the harness's own verdict, and episodes with a tool call that did not parse

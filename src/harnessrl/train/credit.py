@@ -1,0 +1,48 @@
+"""Who gets which advantage: every sequence of an episode the episode's (the default), or each agent role its own.
+
+`episode` credit: one group per task, one advantage per episode, shared by all its trainable
+sequences (frozen sub-agents carry no loss anyway). `role` credit, for swarms whose sub-agents are
+trainable too: within one task's group, the sequences of each role (the agent of a lineage's
+calls) form their own group whose members are that role's lineages across the G episodes, each
+scored with its episode's reward; a role group of one member has nothing to compare with and is
+dropped (counted), never trained on with a made-up baseline. The orchestrator ("main") group is the
+episode group, G members.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from harnessrl.train.advantages import AdvantageKind, group_advantages
+from harnessrl.train.sequences import Sequence, episode_sequences
+from harnessrl.types import Episode
+
+Credit = Literal["episode", "role"]
+
+
+def role_groups(group: list[Episode], scores: list[float]) -> dict[str, list[tuple[list[Sequence], float]]]:
+    """role -> its members: (the sequences of one lineage of one episode, that episode's reward)."""
+    members: dict[str, dict[tuple[str, str], tuple[list[Sequence], float]]] = {}
+    for episode, score in zip(group, scores):
+        for seq in episode_sequences(episode):
+            role = episode.calls[seq.calls[0]].agent
+            members.setdefault(role, {}).setdefault((episode.id, seq.lineage), ([], score))[0].append(seq)
+    return {role: list(by_member.values()) for role, by_member in members.items()}
+
+
+def credited_sequences(
+    group: list[Episode], scores: list[float], kind: AdvantageKind, credit: Credit = "episode"
+) -> tuple[list[Sequence], int]:
+    """The group's training sequences with their advantages, and how many role groups were too small."""
+    if credit == "episode":
+        return [s for e, adv in zip(group, group_advantages(scores, kind)) for s in episode_sequences(e, adv)], 0
+    out, dropped = [], 0
+    for members in role_groups(group, scores).values():
+        if len(members) < 2:
+            dropped += 1
+            continue
+        for (sequences, _), adv in zip(members, group_advantages([score for _, score in members], kind)):
+            for seq in sequences:
+                seq.advantage = adv
+                out.append(seq)
+    return out, dropped
