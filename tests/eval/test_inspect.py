@@ -12,19 +12,20 @@ from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Episode, Outcome, Task
 from tests.conftest import ADMIN_KEY
+from tests.harness.scripted_swarm import run_scripted
 
 SEARCHER = {"agent": "searcher", "trainable": "false"}
 # a --logprobs line: position, mask, logprob, p, token
 TOKEN = re.compile(r"^\s+(\d+)\s+([01])\s+(-?\d+\.\d{4})\s+(\d+\.\d{3})\s+(.+)$")
 HEADER = re.compile(
-    r"── call (\d+) · agent (\S+)( \(sub-agent\))? · policy_version \d+ · "
+    r"── +call (\d+) · agent (\S+)( \(sub-agent\))?(?: · lineage \S+)?(?: · model \S+)?(?: · parent_call \d+)? · policy_version \d+ · "
     r"trainable (\w+) · finish_reason \w+ · extends_call (\w+) · sequence (\w+)"
 )
 
 
 async def _record(policy) -> Episode:
     """Main agent; a frozen sub-agent on its own; the main agent again (extending its
-    first call); the sub-agent on the main agent's thread (extending that)."""
+    first call); the sub-agent on the main agent's lineage (extending that)."""
     gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
     try:
         episode_id, key = await gateway.create_episode(Task(id="inspect-1"))
@@ -38,7 +39,7 @@ async def _record(policy) -> Episode:
         third = await chat.create(model="tiny", messages=messages, max_tokens=8, seed=3)
         messages.append(third.choices[0].message.model_dump(exclude_none=True))
         messages.append({"role": "user", "content": "Summarise."})
-        await chat.create(model="tiny", messages=messages, max_tokens=6, metadata=SEARCHER)
+        await chat.create(model="tiny", messages=messages, max_tokens=6, metadata={**SEARCHER, "lineage": "main"})
         return await gateway.finish(episode_id, Outcome(answer="sunny"))
     finally:
         await gateway.aclose()
@@ -148,3 +149,17 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     assert "--index 3" in _failure(str(path), "--index", "3")
     result = CliRunner().invoke(app, ["inspect", str(path), "--model", str(tmp_path)])
     assert result.exit_code == 2 and "not 'tiny', 'tiny-base'" in result.stderr
+
+
+async def test_a_swarm_episode_shows_its_call_tree(swarm_gateway, tmp_path):
+    episode, _, _ = await run_scripted(swarm_gateway, tasks=3)
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(episode.to_json() + "\n")
+    out = _inspect(str(path))
+    assert "call tree: 4 lineages · critical steps 4 of 6" in out
+    assert "main (agent main): calls 0, 1, 5" in out
+    for k in range(3):  # the sub-agents ran concurrently: which call each made first varies
+        assert re.search(rf"\n  scout/{k} \(agent scout\) ← call 1: calls [234] · frozen \(sub\)\n", out)
+        assert re.search(
+            rf"──   call [234] · agent scout \(sub-agent\) · lineage scout/{k} · model sub · parent_call 1 ·", out
+        )

@@ -17,7 +17,10 @@ from websockets.sync.client import connect
 
 from harnessrl.cli import app
 from harnessrl.policy import Policy
+from harnessrl.rewards import Term, anneal_to_zero
+from harnessrl.rewards.parl import SwarmAlarms, parl_reward, swarm_metrics
 from harnessrl.train import TrainConfig, Trainer
+from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
 SUMMARY = {  # the keys the main job writes
@@ -31,7 +34,7 @@ SUMMARY = {  # the keys the main job writes
 }
 # every panel but policy/kl, which neither run logs
 PANELS = {"heldout", "success", "reward", "hacking", "entropy", "clip", "ratios"}
-PANELS |= {"staleness", "logprob_gap", "loss", "sft_loss"}
+PANELS |= {"staleness", "logprob_gap", "loss", "sft_loss", "swarm", "swarm_steps", "swarm_lambdas", "alarms"}
 
 
 def _trainer(policy: Policy, folder: Path, **config) -> Trainer:
@@ -46,11 +49,15 @@ def _run_a(folder: Path) -> None:
         demos = [e for g in sampled_groups(policy, seed=9) for e in g]
         _trainer(policy, folder / "sft").sft_step(demos)
         trainer = _trainer(policy, folder)
+        reward, alarms = parl_reward(Term("perf", lambda e: 0.0), anneal_to_zero(0.1, 3)), SwarmAlarms()
         for update in range(3):
             groups = sampled_groups(policy, seed=update)
             for episode in groups[0][: update + 1]:
                 episode.reward.flags.append("repetition")
-            trainer.rl_step(groups)
+            for i, episode in enumerate(e for g in groups for e in g):  # as a swarm harness reports its sub-agents
+                episode.outcome = Outcome(info={"swarm": {"assigned": i % 3, "finished": i % 2}})
+            swarm = swarm_metrics([e for g in groups for e in g], reward, update)
+            trainer.rl_step(groups, extra=swarm | alarms.update(swarm))
     finally:
         policy.close()
     (folder / "summary.json").write_text(json.dumps(SUMMARY))
@@ -118,6 +125,7 @@ def test_one_run_with_out_elsewhere_refers_to_images_beside_the_page(runs, tmp_p
     assert not (images / "heldout.png").exists()  # b has no summary.json
     assert not (images / "sft_loss.png").exists()
     assert "loss/sft" in text.split("Not in metrics.jsonl")[1]
+    assert "swarm" not in text and "alarm" not in text  # a feature's panels are not "missing" where it is unused
     # b's updates were sampled up front: the staleness panel plots 0, 1, 2
     metrics = (runs[1] / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["policy/staleness"] for line in metrics] == [0, 1, 2]

@@ -1,7 +1,9 @@
 """`harnessrl inspect`: one recorded episode, token by token, as the trainer will see it.
 
-Every call gets a header (agent, policy_version, trainable, finish_reason, extends_call, and the
-training sequence it merged into); its new prompt tokens are dim, its completion tokens green
+An episode with sub-agents first shows its call tree (`harnessrl.calltree`): each lineage indented
+under the call that spawned it, frozen ones marked, and critical vs total steps. Every call gets a
+header (agent, policy_version, trainable, finish_reason, extends_call, and the training sequence it
+merged into), indented like its lineage; its new prompt tokens are dim, its completion tokens green
 where they carry loss and red where they do not, underlined where they were sampled with
 probability below 0.1. The loss mask is read off `train.sequences.episode_sequences`, never
 recomputed here, so what is shown is what the trainer trains on.
@@ -18,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from harnessrl.calltree import critical_steps, depth, lineage_of, lineages
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Call, Episode, TraceLineError, read_jsonl
 
@@ -152,8 +155,12 @@ def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False
             (f"sampled with p < {SURPRISE}", "underline"),
         )
     )
+    tree = lineages(episode.calls)
+    level = {t.name: depth(tree, t) for t in tree}
+    if len(tree) > 1:
+        console.print(call_tree(episode))
     for index, call in enumerate(episode.calls):
-        console.print(_header(index, call, sequence_of[index], call.agent != main))
+        console.print(_header(index, call, sequence_of[index], call.agent != main, level[lineage_of(call)]))
         # prompt: only what is new since the call it extends
         head = _extended_head(episode, call)
         line = f"prompt: {len(call.prompt_ids)} tokens"
@@ -176,10 +183,34 @@ def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False
             console.print(*_listing(pieces, mask, call.sampled_logprobs), sep="\n")
 
 
-def _header(index: int, call: Call, sequence: int | None, sub_agent: bool) -> Text:
+def call_tree(episode: Episode) -> Text:
+    """Each lineage on a line, indented under the call that spawned it; frozen calls marked."""
+    tree = lineages(episode.calls)
+    text = Text(
+        f"\ncall tree: {len(tree)} lineages · critical steps {critical_steps(episode.calls)} of {len(episode.calls)}\n",
+        style="bold",
+    )
+    for lineage in tree:
+        calls = [episode.calls[i] for i in lineage.calls]
+        frozen = sorted({c.model or "policy" for c in calls if not c.trainable})
+        line = "  " * depth(tree, lineage) + f"{lineage.name} (agent {lineage.agent})"
+        if lineage.parent_call is not None:
+            line += f" ← call {lineage.parent_call}"
+        line += f": calls {', '.join(map(str, lineage.calls))}"
+        text.append(line, style="magenta" if lineage.parent_call is not None else "cyan")
+        if frozen:
+            text.append(f" · frozen ({', '.join(frozen)})", style="dim")
+        text.append("\n")
+    return text
+
+
+def _header(index: int, call: Call, sequence: int | None, sub_agent: bool, level: int = 0) -> Text:
     fields = [
-        f"call {index}",
+        "  " * level + f"call {index}",
         f"agent {call.agent}" + (" (sub-agent)" if sub_agent else ""),
+        *([f"lineage {call.lineage}"] if call.lineage else []),
+        *([f"model {call.model}"] if call.model else []),
+        *([f"parent_call {call.parent_call}"] if call.parent_call is not None else []),
         f"policy_version {call.policy_version}",
         f"trainable {call.trainable}",
         f"finish_reason {call.finish_reason}",

@@ -37,6 +37,7 @@ class Panel:
     exclude: tuple[str, ...] = ()  # ... but these
     phase: Literal["rl", "sft"] = "rl"
     log: bool = False
+    only_when_logged: bool = False  # a feature's panel (the swarm's): not listed as missing in runs without it
 
     def pick(self, present: set[str]) -> list[str]:
         if self.prefix:
@@ -63,6 +64,10 @@ PANELS = [
     Panel("kl", "KL to the initial weights", "KL", keys=("policy/kl",)),
     Panel("loss", "policy loss", "loss", keys=("loss/policy",)),
     Panel("sft_loss", "SFT loss", "loss", keys=("loss/sft",), phase="sft"),
+    Panel("swarm", "swarm: delegation and completion", "share", keys=("swarm/spawn_rate", "swarm/finish_rate"), only_when_logged=True),
+    Panel("swarm_steps", "swarm: steps per episode", "steps", keys=("swarm/critical_steps", "swarm/total_steps", "swarm/assigned", "swarm/unfinished"), only_when_logged=True),
+    Panel("swarm_lambdas", "PARL auxiliary weights (annealed to 0)", "lambda", keys=("swarm/lambda_parallel", "swarm/lambda_finish"), only_when_logged=True),
+    Panel("alarms", "alarms (1 = tripped)", "alarm", prefix="alarm/", only_when_logged=True),
 ]
 # fmt: on
 
@@ -147,7 +152,8 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
         rows = {r.label if named else "": getattr(r, panel.phase) for r in runs}
         keys = panel.pick({k for phase_rows in rows.values() for row in phase_rows for k in row})
         if not keys:
-            missing.append(panel)
+            if not panel.only_when_logged:
+                missing.append(panel)
             continue
         plot_curves(
             rows,
