@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from openai.types.chat import ChatCompletion
-
+from harnessrl.envs.wide.expert import demonstrate
 from harnessrl.gateway import GatewayClient
 from harnessrl.harness.swarm import Assignment, Swarm, SwarmLimits
 from harnessrl.types import Outcome, Task
@@ -35,21 +34,6 @@ def call(tool: str, **arguments) -> dict:
             "function": {"name": tool, "arguments": json.dumps(arguments)}}  # fmt: skip
 
 
-async def scripted_reply(llm, messages: list[dict], tools: list[dict], tool_calls: list[dict]) -> ChatCompletion:
-    """Record the scripted reply as the orchestrator's call; returned as a chat completion."""
-    reply = {
-        "role": "assistant",
-        "content": "" if tool_calls else "done",
-        **({"tool_calls": tool_calls} if tool_calls else {}),
-    }
-    body = {"messages": messages, "tools": tools, "reply": reply}
-    recorded = await llm.post("/demonstrations", cast_to=object, body=body)
-    return ChatCompletion.model_validate({
-        "id": recorded["id"], "object": "chat.completion", "created": 0, "model": "scripted",
-        "choices": [{"index": 0, "message": reply, "finish_reason": "tool_calls" if tool_calls else "stop"}],
-    })  # fmt: skip
-
-
 async def run_scripted(
     gateway: GatewayClient, tasks: int, subagent=worker, limits: SwarmLimits | None = None, model: str = "sub"
 ):
@@ -63,7 +47,7 @@ async def run_scripted(
     if tasks:
         plan.append([call("assign_tasks", assignments=[{"agent": "scout", "task": f"item {i}"} for i in range(tasks)])])
     for tool_calls in [*plan, []]:
-        response = await scripted_reply(llm, messages, swarm.schemas, tool_calls)
+        response = await demonstrate(llm, messages, swarm.schemas, tool_calls)
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         messages += await swarm.execute(response)
     episode = await gateway.finish(episode_id, Outcome(answer="done", info={"swarm": swarm.summary()}))

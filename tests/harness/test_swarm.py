@@ -7,8 +7,9 @@ import json
 import pytest
 
 from harnessrl.calltree import critical_steps
+from harnessrl.envs.wide.expert import demonstrate
 from harnessrl.harness.swarm import Swarm, SwarmLimits
-from tests.harness.scripted_swarm import call, chatterbox, run_scripted, scripted_reply, worker
+from tests.harness.scripted_swarm import call, chatterbox, run_scripted, worker
 
 
 async def test_assigned_sub_agents_run_concurrently_under_the_call_that_assigned_them(swarm_gateway):
@@ -60,7 +61,7 @@ async def test_limits_and_budgets(swarm_gateway):
     messages = [{"role": "user", "content": "go"}]
 
     async def step(*tool_calls) -> list[str]:
-        response = await scripted_reply(llm, messages, swarm.schemas, list(tool_calls))
+        response = await demonstrate(llm, messages, swarm.schemas, list(tool_calls))
         return [m["content"] for m in await swarm.execute(response)]
 
     assert await step(call("create_subagent", name="a", instructions="i"), call("create_subagent", name="b", instructions="i")) == [

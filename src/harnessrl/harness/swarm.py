@@ -78,17 +78,19 @@ class StepLimitError(RuntimeError):
     """A sub-agent asked for more model calls than its run allows."""
 
 
-class _BoundLLM:
-    """`llm.chat.completions.create(**kw)` with the frozen model and the call-tree metadata filled in, counted."""
+class BoundLLM:
+    """An llm whose `chat.completions.create(**kw)` goes to `model` with `metadata` merged in (the agent
+    code may name any model); counts its calls and refuses more than `max_calls`."""
 
-    def __init__(self, llm: openai.AsyncOpenAI, model: str, metadata: dict[str, str], run: SubAgentRun, limit: int):
-        self._llm, self._model, self._metadata, self._run, self._limit = llm, model, metadata, run, limit
+    def __init__(self, llm, model: str, metadata: dict[str, str], max_calls: int | None = None):
+        self._llm, self._model, self._metadata, self.max_calls = llm, model, metadata, max_calls
+        self.calls = 0
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
     async def _create(self, **kwargs):
-        if self._run.steps >= self._limit:
-            raise StepLimitError(f"step limit: {self._limit} model calls per sub-agent run")
-        self._run.steps += 1
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise StepLimitError(f"step limit: {self.max_calls} model calls per sub-agent run")
+        self.calls += 1
         kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
         return await self._llm.chat.completions.create(**kwargs)
 
@@ -169,7 +171,8 @@ class Swarm:
     # ---- running them -----------------------------------------------------------------------
 
     async def execute(self, response, others: Toolbox | None = None) -> list[dict]:
-        """Run every tool call of an orchestrator reply, concurrently; the tool messages, in order.
+        """Run every tool call of an orchestrator reply (create_subagent first, then the rest
+        concurrently); the tool messages, in the reply's order.
 
         Counts one orchestrator step and its stage's critical steps (1 + the longest sub-agent run
         it started). Calls to tools of neither toolbox come back as errors."""
@@ -185,9 +188,13 @@ class Swarm:
             text, _ = await box.call(name, arguments)
             return {"role": "tool", "tool_call_id": call.id, "content": text}
 
-        results = await asyncio.gather(*(run(c) for c in message.tool_calls or []))
+        calls = list(enumerate(message.tool_calls or []))
+        # sub-agents are defined first, so one reply can create a sub-agent and assign it work
+        done = {i: await run(c) for i, c in calls if c.function.name == "create_subagent"}
+        rest = [(i, c) for i, c in calls if i not in done]
+        done |= dict(zip((i for i, _ in rest), await asyncio.gather(*(run(c) for _, c in rest))))
         self.critical_steps += 1 + max((r.steps for r in stage), default=0)
-        return list(results)
+        return [done[i] for i, _ in calls]
 
     async def _assign(self, pairs: list[tuple[str, str]]) -> list[str]:
         parent, stage = self._parent.get(None), self._stage.get(None)
@@ -216,13 +223,15 @@ class Swarm:
         limit = self.limits.max_subagent_steps
         assignment = Assignment(run.agent, self.agents[run.agent], run.task, run.lineage, limit)
         metadata = {"agent": run.agent, "lineage": run.lineage, "parent": parent}
-        llm = _BoundLLM(self.llm, self.model, metadata, run, limit)
+        llm = BoundLLM(self.llm, self.model, metadata, limit)
         try:
             run.output = await asyncio.wait_for(self.subagent(assignment, llm), self.limits.subagent_timeout)
         except TimeoutError:
             run.error = f"timed out after {self.limits.subagent_timeout} s"
         except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
             run.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            run.steps = llm.calls
         if run.error is not None:
             return f"error: sub-agent {run.agent} ({run.lineage}) did not finish: {run.error}"
         if run.output is None:

@@ -88,10 +88,12 @@ class RolloutEngine:
         updates: int,
         progress: bool = True,
         on_update: Callable[[dict], None] | None = None,
+        batch_metrics: Callable[[list[Episode], int], dict[str, float]] | None = None,
     ) -> list[dict]:
         """`updates` trainer updates on groups collected from `tasks` (cycled by the caller).
 
-        `on_update(metrics)` runs after each update, in a thread, while rollouts go on (checkpoints).
+        `on_update(metrics)` runs after each update, in a thread, while rollouts go on (checkpoints);
+        `batch_metrics(episodes, step)` adds the harness's own metrics of each batch (a swarm's).
         """
         cfg, history = self.config, []
         queue: asyncio.Queue[list[Episode]] = asyncio.Queue()
@@ -137,6 +139,8 @@ class RolloutEngine:
                     extra = {f"rollout/total_{k}": v for k, v in self.counts.items()} | {
                         "perf/rollout_wait_seconds": waited
                     }
+                    if batch_metrics is not None:
+                        extra |= batch_metrics([e for g in batch for e in g], trainer.step)
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
                     if on_update is not None:
@@ -167,7 +171,7 @@ class RolloutEngine:
             group = getter.result()
             self._outstanding -= 1
             self._taken.set()
-            versions = [c.policy_version for e in group for c in e.calls]
+            versions = [c.policy_version for e in group for c in e.calls if c.trainable]  # frozen models never age
             current = trainer.policy.version if trainer.policy is not None else 0
             if versions and min(versions) < current - cfg.staleness:
                 self.counts["dropped_stale"] += len(group)

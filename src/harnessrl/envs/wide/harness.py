@@ -1,0 +1,96 @@
+"""The wide-research harnesses: an orchestrator with swarm tools, and the single-agent baseline.
+
+`WideOrchestrator` is ordinary agent code: the swarm's tools (`create_subagent`, `assign_task`,
+`assign_tasks`) plus `answer(answers)`; its sub-agents are search agents (envs/search) on a frozen
+model, each given one question. `SerialSearch` is the baseline: one search agent that takes the
+questions one after another in the same episode (a fresh conversation per question, which is
+generous: its context never fills), so its critical steps are all its steps.
+"""
+
+from __future__ import annotations
+
+import openai
+
+from harnessrl.envs.search.harness import SearchAgent, _Run
+from harnessrl.harness import Toolbox
+from harnessrl.harness.swarm import Assignment, BoundLLM, Swarm, SwarmLimits
+from harnessrl.types import Outcome, Task
+
+SYSTEM = (
+    "You coordinate sub-agents that search a document collection. Create one sub-agent, assign every "
+    "question to it at once with assign_tasks, then call answer with their answers in question order."
+)
+SUBAGENT_INSTRUCTIONS = "Answer the question from the documents."
+
+
+def search_subagent(agent: SearchAgent):
+    """A sub-agent that runs the search agent on its assigned question; its answer is the output."""
+
+    async def run(assignment: Assignment, llm) -> str | None:
+        outcome = await _Run(agent, Task(prompt=assignment.task)).loop(llm)
+        return outcome.answer or None
+
+    return run
+
+
+class WideOrchestrator:
+    def __init__(
+        self,
+        subagent_model: str,
+        searcher: SearchAgent,
+        limits: SwarmLimits | None = None,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+    ):
+        self.subagent_model, self.searcher = subagent_model, searcher
+        self.limits = limits or SwarmLimits(
+            max_subagent_steps=searcher.max_turns, max_orchestrator_steps=4, max_parallel=16, max_assignments=32
+        )
+        self.max_tokens, self.temperature = max_tokens, temperature
+
+    def start(self, task: Task, llm: openai.AsyncOpenAI) -> tuple[Swarm, Toolbox, list[dict], dict]:
+        """A fresh episode's swarm, own tools, messages, and the slot `answer` fills (for the expert too)."""
+        final: dict = {}
+
+        def answer(answers: list[str]) -> str:
+            """Final answers, one per question, in order."""
+            final["answers"] = answers
+            return "answers recorded"
+
+        swarm = Swarm(llm, search_subagent(self.searcher), self.subagent_model, self.limits)
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+        return swarm, Toolbox([answer]), messages, final
+
+    async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
+        swarm, mine, messages, final = self.start(task, llm)
+        while "answers" not in final and not swarm.exhausted:
+            response = await llm.chat.completions.create(
+                model="policy", messages=messages, tools=swarm.schemas + mine.schemas,
+                max_tokens=self.max_tokens, temperature=self.temperature,
+            )  # fmt: skip
+            message = response.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            messages += await swarm.execute(response, mine)
+            if not message.tool_calls:
+                messages.append({"role": "user", "content": "Use a tool: assign_tasks, then answer."})
+        return outcome(final, swarm)
+
+
+def outcome(final: dict, swarm: Swarm) -> Outcome:
+    answers = final.get("answers") or []
+    return Outcome(answer="; ".join(map(str, answers)), info={"answers": answers, "swarm": swarm.summary()})
+
+
+class SerialSearch:
+    """The single-agent baseline: the search agent answers each question in turn (each its own lineage)."""
+
+    def __init__(self, searcher: SearchAgent, model: str = "policy"):
+        self.searcher, self.model = searcher, model
+
+    async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
+        answers = []
+        for i, question in enumerate(task.data["questions"]):
+            bound = BoundLLM(llm, self.model, {"agent": "searcher", "lineage": f"searcher/{i}"})
+            done = await _Run(self.searcher, Task(prompt=question)).loop(bound)
+            answers.append(done.answer or "")
+        return Outcome(answer="; ".join(answers), info={"answers": answers})

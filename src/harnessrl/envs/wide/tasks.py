@@ -1,0 +1,46 @@
+"""Wide tasks from any search task set: N questions of one split bundled into one task.
+
+Questions are bundled with others of the same shape where there are enough ("What was the
+occupation of A?", "... of B?": for each of these entities, find one attribute), else with any of
+the split, so a user's own tasks.jsonl works as it is. A wide task keeps each item's question,
+answer and gold documents; the split is kept, so no test question is ever seen in training.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from harnessrl.envs.search.data import SearchTask
+from harnessrl.types import Task
+
+PROMPT = "Answer each question below. Give them to sub-agents, then answer with one answer per question, in order."
+
+
+def shape(question: str) -> str:
+    """The question without its names (capitalised words after the first) and numbers."""
+    first, *rest = question.split()
+    return " ".join([first, *(w for w in rest if not re.match(r"^[A-Z0-9]", w))])
+
+
+def wide_tasks(items: list[SearchTask], width: int, seed: int = 0) -> list[Task]:
+    """Every question in exactly one wide task of `width` items (the last of a split may be smaller)."""
+    rng = random.Random(seed)
+    out = []
+    for split in ("train", "test"):
+        pool = [t for t in items if t.split == split]
+        rng.shuffle(pool)
+        pool.sort(key=lambda t: shape(t.question))  # same-shape questions side by side, shuffled within
+        for start in range(0, len(pool), width):
+            chunk = pool[start : start + width]
+            if len(chunk) < 2:
+                continue
+            questions = "\n".join(f"{i + 1}. {t.question}" for i, t in enumerate(chunk))
+            out.append(Task(
+                id=f"wide-{split}-{start // width}",
+                prompt=f"{PROMPT}\n{questions}",
+                split=split,
+                data={"questions": [t.question for t in chunk], "answers": [t.answer for t in chunk],
+                      "gold_doc_ids": [t.gold_doc_ids for t in chunk], "item_ids": [t.id for t in chunk]},
+            ))  # fmt: skip
+    return out

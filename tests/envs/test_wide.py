@@ -1,0 +1,74 @@
+"""Wide research: tasks bundled from any task set, item-F1 by hand, and the scripted orchestrator,
+the untrained one and the serial baseline run end to end over real frozen search sub-agents."""
+
+from collections import Counter
+
+import pytest
+
+from harnessrl.calltree import critical_steps
+from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
+from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
+from harnessrl.envs.wide.tasks import shape
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.types import Episode, Outcome, Task
+
+
+def test_every_question_lands_in_one_wide_task_of_its_split():
+    _, items = synthetic(0, people=40)
+    tasks = wide_tasks(items, width=4, seed=1)
+    ids = Counter(i for t in tasks for i in t.data["item_ids"])
+    by_split = {t.id: t.split for t in items}
+    assert set(ids.values()) == {1} and len(ids) >= len(items) - 2  # a lone last question is left out
+    assert all(by_split[i] == t.split for t in tasks for i in t.data["item_ids"])
+    assert all(2 <= len(t.data["questions"]) <= 4 for t in tasks)
+    first = tasks[0]
+    assert first.prompt.splitlines()[1] == f"1. {first.data['questions'][0]}"
+    assert shape("What was the occupation of Kalo Mirven?") == "What was the occupation of"
+    # same-shape questions are bundled together where there are enough
+    assert sum(len({shape(q) for q in t.data["questions"]}) == 1 for t in tasks) >= len(tasks) // 2
+
+
+def test_item_f1_by_hand():
+    task = Task(data={"answers": ["baker", "1802", "Kalo"]})
+
+    def f1(answers):
+        return item_f1(Episode(task=task, outcome=Outcome(info={"answers": answers})))
+
+    assert f1(["Baker.", "1802", "kalo"]) == 1.0
+    assert f1(["baker", "", "x"]) == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))  # P 1/2, R 1/3
+    assert f1(["baker"]) == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
+    assert f1([]) == f1(["x", "y", "z"]) == 0.0
+    assert item_f1(Episode(task=task)) == 0.0  # a failed episode has no outcome
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    docs, items = synthetic(0, people=24)
+    searcher = SearchAgent(SearchIndex(docs, tmp_path_factory.mktemp("chroma")), max_turns=3, max_tokens=24)
+    return searcher, wide_tasks(items, width=4)[0]
+
+
+async def test_expert_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gateway, wide):
+    searcher, task = wide
+    reward = wide_reward()
+    orchestrator = WideOrchestrator("sub", searcher, max_tokens=48)
+    engine = RolloutEngine(swarm_gateway, OrchestratorExpert(orchestrator), reward, RolloutConfig(group_size=2))
+    demo = await engine.episode(task)
+    assert demo.status == "finished", demo.failure_reason
+    main = [i for i, c in enumerate(demo.calls) if c.agent == "main"]
+    subs = [c for c in demo.calls if c.agent == "searcher"]
+    assert len(main) == 2 and all(demo.calls[i].demonstration and demo.calls[i].trainable for i in main)
+    assert {c.parent_call for c in subs} == {main[0]} and len({c.lineage for c in subs}) == 4
+    assert all(c.model == "sub" and not c.trainable for c in subs)
+    steps = Counter(c.lineage for c in subs)
+    assert critical_steps(demo.calls) == 2 + max(steps.values()) < len(demo.calls)
+    summary = demo.outcome.info["swarm"]
+    assert summary["assigned"] == 4 and len(demo.outcome.info["answers"]) == 4
+    assert summary["critical_steps"] == critical_steps(demo.calls)
+    # the untrained trainable orchestrator runs (whatever it writes) and is scored
+    group = await RolloutEngine(swarm_gateway, orchestrator, reward, RolloutConfig(group_size=2)).group(task)
+    assert all(e.status == "finished" and set(e.reward.terms) == {"item_f1", "parallel", "finish"} for e in group)
+    # the baseline: one search agent, question after question, every step on the critical path
+    serial = await RolloutEngine(swarm_gateway, SerialSearch(searcher, model="sub"), reward).episode(task)
+    assert serial.status == "finished" and len(serial.outcome.info["answers"]) == 4
+    assert critical_steps(serial.calls) == len(serial.calls) >= 4
