@@ -154,12 +154,13 @@ def train(
         help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
     ),
 ) -> None:
-    """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after."""
+    """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after
+    (with `swarm:` in the config, the swarm job: an orchestrator over frozen search sub-agents, docs/swarm.md)."""
     import json
 
     from pydantic import ValidationError
 
-    from harnessrl.job import main
+    from harnessrl.job import main, swarm
     from harnessrl.job.config import JobConfig
 
     try:
@@ -168,7 +169,10 @@ def train(
                 raise ValueError(
                     "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model or --tool-format"
                 )
-            out, summary = resume, main.resume(resume)
+            if not (resume / "config.yaml").is_file():
+                raise FileNotFoundError(f"{resume / 'config.yaml'}: not a run folder")
+            job = JobConfig.load(resume / "config.yaml")
+            out, summary = resume, (swarm.resume if job.swarm else main.resume)(resume)
         else:
             job = JobConfig.load(config)
             if (corpus is None) != (tasks is None):
@@ -176,7 +180,7 @@ def train(
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
             job.model, job.tool_format = model or job.model, tool_format or job.tool_format
-            summary = main.run(job, out)
+            summary = (swarm.run if job.swarm else main.run)(job, out)
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -8,6 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.harness.swarm import SwarmLimits
+from harnessrl.rewards import Schedule, anneal_to_zero
 from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
@@ -69,6 +71,29 @@ class RLConfig(_Strict):
     )
 
 
+class SwarmJobConfig(_Strict):
+    """The swarm job (job/swarm.py): a trainable orchestrator over frozen search sub-agents on wide tasks."""
+
+    subagent_model: str | None = Field(
+        default=None, description="the frozen sub-agent's model (any --model); default: subagent_run's best/"
+    )
+    subagent_run: Path = Field(
+        default=Path("runs/main"),
+        description="a search main job's run folder whose best/ is the frozen sub-agent; trained there first if absent",
+    )
+    subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
+    width: int = Field(default=8, ge=2, description="questions per wide task")
+    limits: SwarmLimits = Field(
+        default_factory=lambda: SwarmLimits(max_orchestrator_steps=4, max_parallel=16, max_assignments=32),
+        description="swarm limits; a sub-agent (the search agent) also stops at agent.max_turns",
+    )
+    lambda_parallel: Schedule = Field(
+        default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_parallel weight"
+    )
+    lambda_finish: Schedule = Field(default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_finish weight")
+    orchestrator_max_tokens: int = Field(default=512, ge=16, description="per orchestrator reply")
+
+
 class JobConfig(_Strict):
     model: str = Field(
         default="tiny-base",
@@ -87,6 +112,9 @@ class JobConfig(_Strict):
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
+    )
+    swarm: SwarmJobConfig | None = Field(
+        default=None, description="set: run the swarm job (orchestrator RL over frozen search sub-agents) instead"
     )
     loggers: Loggers = Field(
         default_factory=list,

@@ -1,0 +1,194 @@
+"""The swarm job: a trainable orchestrator learns to delegate wide research to frozen search sub-agents.
+
+wide tasks (envs/wide) from the job's corpus -> the frozen sub-agent (a search main job's best/,
+trained first if absent) -> a scripted orchestrator's demonstrations -> SFT -> held-out eval of
+the orchestrator and of the single search agent doing the questions in turn (the baseline) ->
+orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish), swarm metrics
+and alarms in metrics.jsonl -> held-out eval. The last RL weights are kept (no validation split).
+
+Run folder: config.yaml, demos.jsonl, sft/, eval_before.json / .jsonl, baseline.json / .jsonl,
+metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewards.png, summary.json.
+`resume` skips finished phases, as the main job's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+import yaml
+
+from harnessrl.calltree import critical_steps
+from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
+from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
+from harnessrl.eval.heldout import evaluate
+from harnessrl.eval.plots import plot_rewards
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.gateway.models import Pinned
+from harnessrl.job import main
+from harnessrl.job.config import JobConfig
+from harnessrl.policy import Policy
+from harnessrl.rewards.parl import SwarmAlarms, swarm_metrics
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train import Trainer, lora_for
+from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.types import Episode, read_jsonl
+
+FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
+
+
+def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    subagent = subagent_model(config, progress)
+    return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
+
+
+def resume(out: Path, progress: bool = True) -> dict:
+    config = JobConfig.load(out / "config.yaml")
+    return asyncio.run(_SwarmJob(config, out, progress, subagent_model(config, progress)).run())
+
+
+def subagent_model(config: JobConfig, progress: bool) -> str:
+    """The frozen sub-agent: `swarm.subagent_model`, or the best/ of a search main job, run first if absent."""
+    swarm = config.swarm
+    if swarm.subagent_model:
+        return swarm.subagent_model
+    best = swarm.subagent_run / "best"
+    if not (best / "config.json").is_file():
+        if progress:
+            print(f"swarm: no search agent at {best}; training one first (the search main job, same data and agent)")
+        search = config.model_copy(update={"swarm": None})
+        if search.rl.validation_tasks == 0:
+            search.rl.validation_tasks = 16  # best/ is written by validation
+        main.run(search, swarm.subagent_run, progress)
+    return str(best)
+
+
+class _SwarmJob(main._Job):
+    def __init__(self, config: JobConfig, out: Path, progress: bool, subagent: str):
+        super().__init__(config, out, progress)
+        self.subagent = subagent
+
+    async def run(self) -> dict:
+        config, out, started = self.config, self.out, time.perf_counter()
+        swarm = config.swarm
+        random.seed(config.seed)
+        docs, items = (
+            load(config.data.corpus, config.data.tasks)
+            if config.data.corpus
+            else synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
+        )
+        tasks = wide_tasks(items, swarm.width, config.seed)
+        train = [t for t in tasks if t.split == "train"]
+        test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
+        if not train or not test:
+            raise ValueError(f"the wide tasks need both splits: {len(train)} train, {len(test)} test")
+        a = config.agent
+        searcher = SearchAgent(SearchIndex(docs, out / "index"), a.context_budget, a.max_turns, a.k, a.max_tokens,
+                               temperature=swarm.subagent_temperature)  # fmt: skip
+        self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
+        frozen = Policy.load(self.subagent, tool_format=config.tool_format)
+        self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
+        self.gateway = GatewayClient(
+            main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
+        )
+        orchestrator = WideOrchestrator(FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens)
+        self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
+        self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
+        try:
+            if config.sft.steps:
+                demos = await self._phase("demos", lambda: self._expert(orchestrator, train))
+                await self._phase("sft", lambda: self._sft(demos))
+            baseline = await self._phase(
+                "baseline", lambda: self._eval("baseline", SerialSearch(searcher, FROZEN), test)
+            )
+            before = await self._phase("eval_before", lambda: self._eval("eval_before", orchestrator, test))
+            await self._phase("rl", lambda: self._rl(orchestrator, train))
+            after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
+        finally:
+            await self.gateway.aclose()
+            self.policy.close()
+            frozen.close()
+        summary = {
+            "heldout_tasks": len(test),
+            "width": swarm.width,
+            "subagent_model": self.subagent,
+            "f1_single": baseline["f1"],
+            "f1_swarm_before_rl": before["f1"],
+            "f1_swarm": after["f1"],
+            "critical_steps_single": baseline["critical_steps"],
+            "critical_steps_swarm": after["critical_steps"],
+            "critical_steps_reduction": baseline["critical_steps"] / max(after["critical_steps"], 1e-9),
+            "total_steps_single": baseline["total_steps"],
+            "total_steps_swarm": after["total_steps"],
+            "rl_updates": config.rl.updates,
+            "wall_seconds": sum(self.seconds.values()),
+            "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "phase_seconds": self.seconds,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if (out / "metrics.jsonl").exists():
+            plot_rewards(out / "metrics.jsonl", out / "rewards.png")
+        return summary
+
+    async def _expert(self, orchestrator: WideOrchestrator, train) -> list[Episode]:
+        path = self.out / "demos.jsonl"
+        if path.is_file():
+            return read_jsonl(path, Episode)
+        engine = RolloutEngine(self.gateway, OrchestratorExpert(orchestrator), self.reward, RolloutConfig(group_size=2))
+        demos = list(
+            await asyncio.gather(*(engine.episode(t) for t in train for _ in range(self.config.sft.demos_per_task)))
+        )
+        main._dump(path, demos)
+        return demos
+
+    async def _eval(self, name: str, harness, test) -> dict:
+        path = self.out / f"{name}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        _, episodes = await evaluate(self.gateway, harness, [t for t in test for _ in range(self.config.eval_repeats)])
+        main._dump(self.out / f"{name}.jsonl", episodes)
+        n = max(len(episodes), 1)
+        result = {
+            "f1": sum(item_f1(e) for e in episodes) / n,
+            "critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
+            "total_steps": sum(len(e.calls) for e in episodes) / n,
+            "failed": sum(e.status == "failed" for e in episodes),
+            **{k.removeprefix("swarm/"): v for k, v in swarm_metrics(episodes).items() if "lambda" not in k},
+            "episodes": len(episodes),
+            "policy_version": self.policy.version,
+        }
+        path.write_text(json.dumps(result, indent=1))
+        return result
+
+    async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
+        cfg = self.config.rl
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
+                          run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
+        checkpoints = self.out / "checkpoints"
+        done = 0
+        if (latest := latest_checkpoint(checkpoints)) is not None:
+            done = trainer.resume(latest).get("updates", trainer.step)
+        if cfg.updates - done <= 0:
+            return
+        alarms = SwarmAlarms()
+
+        def batch_metrics(episodes: list[Episode], step: int) -> dict[str, float]:
+            metrics = swarm_metrics(episodes, self.reward, step)
+            return metrics | alarms.update(metrics)
+
+        def checkpoint(_: dict) -> None:
+            nonlocal done
+            done += 1
+            if done % cfg.save_every == 0 or done == cfg.updates:
+                trainer.save(checkpoints, cursor={"updates": done}, number=done)
+
+        engine = RolloutEngine(self.gateway, orchestrator, self.reward, cfg.rollout)
+        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
+        await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)

@@ -1,0 +1,46 @@
+"""`harnessrl train` with a `swarm:` section, end to end at minimal size: the frozen sub-agent's search
+job runs first (its best/ is absent), then demonstrations, SFT, baseline, RL with swarm metrics, eval."""
+
+import json
+import subprocess
+import sys
+
+MINIMAL = """
+model: tiny
+data: {synthetic_people: 16}
+eval_tasks: 1
+eval_repeats: 1
+agent: {max_turns: 2, max_tokens: 16}
+sft: {steps: 1, batch_episodes: 2}
+swarm: {subagent_run: SEARCH, width: 3, orchestrator_max_tokens: 64}
+rl:
+  updates: 1
+  validation_tasks: 2
+  validation_repeats: 1
+  validate_every: 1
+  rollout: {group_size: 2, groups_per_update: 1, staleness: 0}
+"""
+
+
+def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path):
+    (tmp_path / "swarm.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "harnessrl", "train"]
+    done = subprocess.run(
+        [*train, str(tmp_path / "swarm.yaml"), "--out", str(out)], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "search" / "best" / "config.json").is_file()  # the search main job ran first
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["subagent_model"] == str(tmp_path / "search" / "best") and summary["width"] == 3
+    for key in ("f1_single", "f1_swarm", "f1_swarm_before_rl"):
+        assert 0 <= summary[key] <= 1
+    assert summary["critical_steps_single"] == summary["total_steps_single"] > 0  # the baseline is all serial
+    assert summary["critical_steps_reduction"] > 0
+    (rl,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"swarm/spawn_rate", "swarm/critical_steps", "swarm/lambda_parallel", "alarm/serial_collapse"} <= set(rl)
+    demos = [json.loads(x) for x in (out / "demos.jsonl").read_text().splitlines()]
+    assert all({c["agent"] for c in d["calls"]} == {"main", "searcher"} for d in demos)  # the expert delegated
+    again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
