@@ -39,6 +39,7 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     assert summary["critical_steps_reduction"] > 0
     (rl,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"swarm/spawn_rate", "swarm/critical_steps", "swarm/lambda_parallel", "alarm/serial_collapse"} <= set(rl)
+    assert (out / "swarm.png").stat().st_size > 0
     demos = [json.loads(x) for x in (out / "demos.jsonl").read_text().splitlines()]
     assert all({c["agent"] for c in d["calls"]} == {"main", "searcher"} for d in demos)  # the expert delegated
     again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)

@@ -7,7 +7,7 @@ orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish
 and alarms in metrics.jsonl -> held-out eval. The last RL weights are kept (no validation split).
 
 Run folder: config.yaml, demos.jsonl, sft/, eval_before.json / .jsonl, baseline.json / .jsonl,
-metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewards.png, summary.json.
+metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewards.png, swarm.png, summary.json.
 `resume` skips finished phases, as the main job's does.
 """
 
@@ -27,7 +27,7 @@ from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
 from harnessrl.eval.heldout import evaluate
-from harnessrl.eval.plots import plot_rewards
+from harnessrl.eval.plots import plot_curves, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.gateway.models import Pinned
 from harnessrl.job import main
@@ -135,6 +135,9 @@ class _SwarmJob(main._Job):
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
+            rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            keys = ["reward/item_f1", "swarm/spawn_rate", "swarm/finish_rate"]
+            plot_curves({"": rows}, keys, out / "swarm.png", "swarm: item-F1, delegation, completion by update", "share")
         return summary
 
     async def _expert(self, orchestrator: WideOrchestrator, train) -> list[Episode]:
