@@ -372,6 +372,8 @@ async def _proxied(served: Proxied, body: ChatRequest, record: EpisodeRecord | N
     payload.update(served.extra_body, model=served.model)
     headers = {"Authorization": f"Bearer {served.api_key}"} if served.api_key else {}
     started = time.time()
+    if record is not None:
+        record.in_flight += 1  # `finish` waits for it, as for the policy's calls
     try:
         async with httpx.AsyncClient(timeout=served.timeout) as client:
             reply = await client.post(f"{served.base_url}/chat/completions", json=payload, headers=headers)
@@ -383,23 +385,36 @@ async def _proxied(served: Proxied, body: ChatRequest, record: EpisodeRecord | N
             "model",
             "upstream_error",
         ) from None
-    if reply.status_code != 200 or not isinstance(data.get("choices"), list):
+    finally:
+        if record is not None:
+            record.in_flight -= 1
+    if reply.status_code != 200 or not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         return JSONResponse(data, status_code=reply.status_code if reply.status_code != 200 else 502)
     data["id"] = "chatcmpl-" + secrets.token_hex(12)
     if record is not None:
         record.responses[data["id"]] = len(record.episode.calls)
         for choice in data["choices"]:
-            ids = [int(i) for i in choice.get("token_ids") or []]
-            logprobs = [float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or [])]
+            prompt_ids, ids, logprobs = _upstream_ids(data, choice)
             record.episode.calls.append(Call(
                 agent=place.agent, model=body.model, lineage=place.lineage, parent_call=place.parent_call,
-                prompt_ids=[int(i) for i in data.get("prompt_token_ids") or []], completion_ids=ids,
-                sampled_logprobs=logprobs if len(logprobs) == len(ids) else [0.0] * len(ids), policy_version=0,
+                prompt_ids=prompt_ids, completion_ids=ids,
+                sampled_logprobs=logprobs, policy_version=0,
                 trainable=False, finish_reason=_finish(choice.get("finish_reason")), temperature=body.temperature,
                 top_p=body.top_p, started_at=started, ended_at=time.time(),
             ))  # fmt: skip
             record.turns.append(Turn([], "", "", (), place.thread))  # nothing a later call could extend
     return JSONResponse(data)
+
+
+def _upstream_ids(data: dict, choice) -> tuple[list[int], list[int], list[float]]:
+    """Prompt ids, completion ids and their logprobs as a vLLM server returns them; empty when absent or malformed."""
+    try:
+        ids = [int(i) for i in choice.get("token_ids") or []]
+        logprobs = [float(t["logprob"]) for t in ((choice.get("logprobs") or {}).get("content") or [])]
+        prompt_ids = [int(i) for i in data.get("prompt_token_ids") or []]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return [], [], []
+    return prompt_ids, ids, logprobs if len(logprobs) == len(ids) else [0.0] * len(ids)
 
 
 def _finish(reason: str | None) -> str:

@@ -137,7 +137,9 @@ class _SwarmJob(main._Job):
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
             rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             keys = ["reward/item_f1", "swarm/spawn_rate", "swarm/finish_rate"]
-            plot_curves({"": rows}, keys, out / "swarm.png", "swarm: item-F1, delegation, completion by update", "share")
+            plot_curves(
+                {"": rows}, keys, out / "swarm.png", "swarm: item-F1, delegation, completion by update", "share"
+            )
         return summary
 
     async def _expert(self, orchestrator: WideOrchestrator, train) -> list[Episode]:
