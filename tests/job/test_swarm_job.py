@@ -5,6 +5,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+import yaml
+
+from harnessrl.job.config import JobConfig
+from harnessrl.job.swarm import search_config
+
 MINIMAL = """
 model: tiny
 data: {synthetic_people: 16}
@@ -12,7 +18,7 @@ eval_tasks: 1
 eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
 sft: {steps: 1, batch_episodes: 2}
-swarm: {subagent_run: SEARCH, width: 3, orchestrator_max_tokens: 64}
+swarm: {subagent_run: SEARCH, subagent_config: SEARCH.yaml, width: 3, orchestrator_max_tokens: 64}
 rl:
   updates: 1
   validation_tasks: 2
@@ -24,13 +30,16 @@ rl:
 
 def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path):
     (tmp_path / "swarm.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
+    (tmp_path / "search.yaml").write_text("\n".join(x for x in MINIMAL.splitlines() if not x.startswith("swarm:")))
     out = tmp_path / "run"
     train = [sys.executable, "-m", "harnessrl", "train"]
     done = subprocess.run(
         [*train, str(tmp_path / "swarm.yaml"), "--out", str(out)], capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "search" / "best" / "config.json").is_file()  # the search main job ran first
+    assert (tmp_path / "search" / "best" / "config.json").is_file()  # the search main job ran first, with its config
+    search = yaml.safe_load((tmp_path / "search" / "config.yaml").read_text())
+    assert search["swarm"] is None and search["sft"]["steps"] == 1 and search["rl"]["updates"] == 1
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["subagent_model"] == str(tmp_path / "search" / "best") and summary["width"] == 3
     for key in ("f1_single", "f1_swarm", "f1_swarm_before_rl"):
@@ -45,3 +54,15 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
+
+
+def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(tmp_path):
+    config = JobConfig.model_validate(yaml.safe_load(MINIMAL.replace("SEARCH", str(tmp_path / "search"))))
+    config.swarm.subagent_config = None
+    search = search_config(config)
+    assert search.swarm is None and search.data == config.data and search.agent == config.agent
+    assert search.sft == JobConfig().sft and search.rl == JobConfig().rl  # not the swarm job's SFT / RL sizes
+    (tmp_path / "bad.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
+    config.swarm.subagent_config = tmp_path / "bad.yaml"
+    with pytest.raises(ValueError, match="a search main job with validation"):
+        search_config(config)

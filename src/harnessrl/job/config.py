@@ -81,6 +81,11 @@ class SwarmJobConfig(_Strict):
         default=Path("runs/main"),
         description="a search main job's run folder whose best/ is the frozen sub-agent; trained there first if absent",
     )
+    subagent_config: Path | None = Field(
+        default=None,
+        description="the main job config that trains the sub-agent when best/ is absent; default: the embedded "
+        "default with this job's model, seed, data and agent",
+    )
     subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
     width: int = Field(default=8, ge=2, description="questions per wide task")
     limits: SwarmLimits = Field(

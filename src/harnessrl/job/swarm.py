@@ -63,11 +63,21 @@ def subagent_model(config: JobConfig, progress: bool) -> str:
     if not (best / "config.json").is_file():
         if progress:
             print(f"swarm: no search agent at {best}; training one first (the search main job, same data and agent)")
-        search = config.model_copy(update={"swarm": None})
-        if search.rl.validation_tasks == 0:
-            search.rl.validation_tasks = 16  # best/ is written by validation
-        main.run(search, swarm.subagent_run, progress)
+        main.run(search_config(config), swarm.subagent_run, progress)
     return str(best)
+
+
+def search_config(config: JobConfig) -> JobConfig:
+    """The main job that trains the sub-agent: `swarm.subagent_config`, or the main job's own phases and
+    sizes on this job's model, seed, data and agent."""
+    if config.swarm.subagent_config is not None:
+        search = JobConfig.load(config.swarm.subagent_config)
+    else:
+        keep = ("model", "tool_format", "lora", "seed", "data", "agent", "loggers")
+        search = JobConfig(**{k: getattr(config, k) for k in keep})
+    if search.swarm is not None or search.rl.validation_tasks == 0:
+        raise ValueError("swarm.subagent_config: a search main job with validation (it writes best/), not a swarm job")
+    return search
 
 
 class _SwarmJob(main._Job):
