@@ -70,6 +70,11 @@ class SubAgentRun:
         return self.output is not None and self.error is None
 
 
+# the orchestrator reply whose tool calls are running, and the runs they started (set by Swarm.execute;
+# each episode is its own asyncio task, so concurrent episodes never see each other's)
+_PARENT: contextvars.ContextVar[str] = contextvars.ContextVar("swarm_parent")
+_STAGE: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("swarm_stage")
+
 # async def run_subagent(assignment, llm) -> str | None: the final output (None: gave none, unfinished)
 SubAgent = Callable[[Assignment, Any], Awaitable[str | None]]
 
@@ -107,8 +112,6 @@ class Swarm:
     critical_steps: int = 0  # as the calls happen; harnessrl.calltree recomputes it from the record
 
     def __post_init__(self) -> None:
-        self._parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
-        self._stage: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("stage")
         self.tools = Toolbox(
             [self.create_subagent, self.assign_task, self.assign_tasks], timeout=self.limits.subagent_timeout + 30
         )
@@ -179,8 +182,8 @@ class Swarm:
         message = response.choices[0].message
         self.orchestrator_steps += 1
         stage: list[SubAgentRun] = []
-        self._parent.set(response.id)
-        self._stage.set(stage)
+        _PARENT.set(response.id)
+        _STAGE.set(stage)
 
         async def run(call) -> dict:
             name, arguments = call.function.name, call.function.arguments
@@ -197,7 +200,7 @@ class Swarm:
         return [done[i] for i, _ in calls]
 
     async def _assign(self, pairs: list[tuple[str, str]]) -> list[str]:
-        parent, stage = self._parent.get(None), self._stage.get(None)
+        parent, stage = _PARENT.get(None), _STAGE.get(None)
         if parent is None or stage is None:
             raise RuntimeError("assign sub-agent tasks through Swarm.execute(response), which knows the parent call")
         out: list[str | None] = [None] * len(pairs)
