@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from harnessrl.job.config import JobConfig
 from harnessrl.job.swarm import search_config
@@ -66,3 +67,5 @@ def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(
     config.swarm.subagent_config = tmp_path / "bad.yaml"
     with pytest.raises(ValueError, match="a search main job with validation"):
         search_config(config)
+    with pytest.raises(ValidationError, match="width 20: over limits.max_parallel"):
+        JobConfig.model_validate({"swarm": {"width": 20}})

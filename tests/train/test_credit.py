@@ -56,19 +56,27 @@ def test_frozen_sub_agent_tokens_carry_no_loss(policy):
     assert _step(policy, perturbed)[0] != loss
 
 
-def test_role_credit_groups_each_role_across_the_task_and_drops_one_member_groups(policy):
+def test_role_credit_groups_each_role_across_the_task_and_drops_roles_of_one_episode(policy):
     (group,) = _with_sub_agents(sampled_groups(policy, groups=1, size=4), lambda i: i % 3, trainable=True)
     group[1].calls.append(group[1].calls[0].model_copy(update={"agent": "solo", "lineage": "solo/0", "parent_call": 0,
                                                                "prompt_ids": [9, *group[1].calls[0].prompt_ids]}))  # fmt: skip
+    for k in range(2):  # a role with two lineages, both in one episode: one reward, nothing to compare
+        group[3].calls.append(group[3].calls[0].model_copy(update={"agent": "duo", "lineage": f"duo/{k}", "parent_call": 0,
+                                                                   "prompt_ids": [7 + k, *group[3].calls[0].prompt_ids]}))  # fmt: skip
     scores = [e.reward.total for e in group]
     roles = role_groups(group, scores)
-    assert {role: len(members) for role, members in roles.items()} == {"main": 4, "scout": 0 + 1 + 2 + 0, "solo": 1}
+    assert {role: len(members) for role, members in roles.items()} == {
+        "main": 4,
+        "scout": 0 + 1 + 2 + 0,
+        "solo": 1,
+        "duo": 2,
+    }
     sequences, dropped = credited_sequences(group, scores, "grpo", credit="role")
-    assert dropped == 1 and len(sequences) == 4 + 3
+    assert dropped == 2 and len(sequences) == 4 + 3
     main = [s.advantage for s in sequences if s.lineage == "main"]
     assert main == pytest.approx(group_advantages(scores))  # the orchestrator's group is the episode group
     scout = [s.advantage for s in sequences if s.lineage.startswith("scout")]
     assert scout == pytest.approx(group_advantages([scores[1], scores[2], scores[2]]))
     # episode credit: every trainable sequence carries its episode's advantage
     shared, _ = credited_sequences(group, scores, "grpo")
-    assert len(shared) == 4 + 3 + 1
+    assert len(shared) == 4 + 3 + 1 + 2

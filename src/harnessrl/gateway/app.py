@@ -216,7 +216,7 @@ def create_app(
         place = _place(body, record)
         served = frozen.get(body.model or "")
         if isinstance(served, Proxied):
-            return await _proxied(served, body, record, place)
+            return await _proxied(request, served, body, record, place)
         model = policy if served is None else served.policy
         if served is not None:
             place.model, place.trainable = body.model, False
@@ -334,14 +334,8 @@ class Place:
 
 
 def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
+    """The call's place from `metadata` (other keys are the agent's own, as OpenAI allows, and ignored)."""
     meta = body.metadata or {}
-    unknown = sorted(set(meta) - {"agent", "trainable", "lineage", "parent"})
-    if unknown:
-        raise APIError(
-            400,
-            f"metadata.{unknown[0]}: unknown key; known: agent, lineage, parent, trainable",
-            f"metadata.{unknown[0]}",
-        )
     place = Place(meta.get("agent") or (record.agent if record else "main"), record.trainable if record else True)
     place.lineage = meta.get("lineage") or None
     if "trainable" in meta:
@@ -354,30 +348,36 @@ def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
                 400, "metadata.parent: not the id of a chat completion of this episode", param="metadata.parent"
             )
         place.parent_call = record.responses[meta["parent"]]
-    if record is not None:  # a conversation keeps the parent it began with (calltree checks this)
-        name = place.lineage or place.agent
-        first = next((c for c in record.episode.calls if (c.lineage or c.agent) == name), None)
-        if first is not None and first.parent_call != place.parent_call:
+    if record is not None:  # a conversation keeps the parent it began with (calltree checks this); no await
+        name = place.lineage or place.agent  # between this check and the claim, so concurrent first calls agree
+        began = record.lineage_parents.setdefault(name, place.parent_call)
+        if began != place.parent_call:
             raise APIError(
                 400,
-                f"metadata.parent: lineage {name!r} was spawned by call {first.parent_call}, not {place.parent_call}",
+                f"metadata.parent: lineage {name!r} was spawned by call {began}, not {place.parent_call}",
                 param="metadata.parent",
             )
     return place
 
 
-async def _proxied(served: Proxied, body: ChatRequest, record: EpisodeRecord | None, place: Place) -> Response:
+async def _proxied(
+    request: Request, served: Proxied, body: ChatRequest, record: EpisodeRecord | None, place: Place
+) -> Response:
     """Forward to a frozen model's own endpoint; record what it returns (its ids when it sends them)."""
     payload = body.model_dump(mode="json", exclude_unset=True, exclude={"metadata"})
     payload.update(served.extra_body, model=served.model)
     headers = {"Authorization": f"Bearer {served.api_key}"} if served.api_key else {}
     started = time.time()
+
+    async def forward() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=served.timeout) as client:
+            return await client.post(f"{served.base_url}/chat/completions", json=payload, headers=headers)
+
     if record is not None:
         record.in_flight += 1  # `finish` waits for it, as for the policy's calls
     try:
-        async with httpx.AsyncClient(timeout=served.timeout) as client:
-            reply = await client.post(f"{served.base_url}/chat/completions", json=payload, headers=headers)
-        data = reply.json()
+        reply = await _unless_disconnected(request, forward())
+        data = reply.json() if reply is not None else None
     except (httpx.HTTPError, ValueError) as exc:
         raise APIError(
             502,
@@ -388,12 +388,17 @@ async def _proxied(served: Proxied, body: ChatRequest, record: EpisodeRecord | N
     finally:
         if record is not None:
             record.in_flight -= 1
-    if reply.status_code != 200 or not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-        return JSONResponse(data, status_code=reply.status_code if reply.status_code != 200 else 502)
+    if reply is None:  # the client went away (a cancelled sub-agent): nothing is recorded
+        return Response(status_code=499)
+    if reply.status_code != 200:
+        return JSONResponse(data, status_code=reply.status_code)
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices or not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise APIError(502, f"model {body.model!r}: {served.base_url} sent no choices", "model", "upstream_error")
     data["id"] = "chatcmpl-" + secrets.token_hex(12)
-    if record is not None:
+    if record is not None and record.episode.status == "running":
         record.responses[data["id"]] = len(record.episode.calls)
-        for choice in data["choices"]:
+        for choice in choices:
             prompt_ids, ids, logprobs = _upstream_ids(data, choice)
             record.episode.calls.append(Call(
                 agent=place.agent, model=body.model, lineage=place.lineage, parent_call=place.parent_call,

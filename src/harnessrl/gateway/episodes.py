@@ -20,6 +20,7 @@ class EpisodeRecord:
     # choices of an n > 1 request, recorded untrainable: call index -> the trainable flag it gets if a later call extends it
     held_choices: dict[int, bool] = field(default_factory=dict)
     responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
+    lineage_parents: dict[str, int | None] = field(default_factory=dict)  # lineage -> the call that spawned it
 
 
 class EpisodeStore:

@@ -182,8 +182,7 @@ class Swarm:
         message = response.choices[0].message
         self.orchestrator_steps += 1
         stage: list[SubAgentRun] = []
-        _PARENT.set(response.id)
-        _STAGE.set(stage)
+        tokens = _PARENT.set(response.id), _STAGE.set(stage)
 
         async def run(call) -> dict:
             name, arguments = call.function.name, call.function.arguments
@@ -192,10 +191,13 @@ class Swarm:
             return {"role": "tool", "tool_call_id": call.id, "content": text}
 
         calls = list(enumerate(message.tool_calls or []))
-        # sub-agents are defined first, so one reply can create a sub-agent and assign it work
-        done = {i: await run(c) for i, c in calls if c.function.name == "create_subagent"}
-        rest = [(i, c) for i, c in calls if i not in done]
-        done |= dict(zip((i for i, _ in rest), await asyncio.gather(*(run(c) for _, c in rest))))
+        try:  # sub-agents are defined first, so one reply can create a sub-agent and assign it work
+            done = {i: await run(c) for i, c in calls if c.function.name == "create_subagent"}
+            rest = [(i, c) for i, c in calls if i not in done]
+            done |= dict(zip((i for i, _ in rest), await asyncio.gather(*(run(c) for _, c in rest))))
+        finally:
+            _PARENT.reset(tokens[0])
+            _STAGE.reset(tokens[1])
         self.critical_steps += 1 + max((r.steps for r in stage), default=0)
         return [done[i] for i, _ in calls]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.rewards import Schedule, anneal_to_zero
@@ -97,6 +97,19 @@ class SwarmJobConfig(_Strict):
     )
     lambda_finish: Schedule = Field(default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_finish weight")
     orchestrator_max_tokens: int = Field(default=512, ge=16, description="per orchestrator reply")
+
+    @model_validator(mode="after")
+    def _width_fits(self) -> SwarmJobConfig:
+        if self.width > min(self.limits.max_parallel, self.limits.max_assignments):
+            raise ValueError(
+                f"width {self.width}: over limits.max_parallel ({self.limits.max_parallel}) or "
+                f"limits.max_assignments ({self.limits.max_assignments}); the questions go out in one assign_tasks"
+            )
+        return self
+
+    def episode_seconds(self) -> float:
+        """Long enough that sub-agents time out (an observation) before their episode does (a failure)."""
+        return self.limits.max_orchestrator_steps * (self.limits.subagent_timeout + 30)
 
 
 class JobConfig(_Strict):

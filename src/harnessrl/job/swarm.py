@@ -44,6 +44,9 @@ FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
+    swarm = config.swarm  # absolute, so that `resume` from another directory finds the same sub-agent
+    swarm.subagent_run = swarm.subagent_run.resolve()
+    swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
     (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
@@ -89,11 +92,10 @@ class _SwarmJob(main._Job):
         config, out, started = self.config, self.out, time.perf_counter()
         swarm = config.swarm
         random.seed(config.seed)
-        docs, items = (
-            load(config.data.corpus, config.data.tasks)
-            if config.data.corpus
-            else synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
-        )
+        if config.data.corpus and config.data.tasks:
+            docs, items = load(config.data.corpus, config.data.tasks)
+        else:
+            docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
         tasks = wide_tasks(items, swarm.width, config.seed)
         train = [t for t in tasks if t.split == "train"]
         test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
@@ -156,10 +158,13 @@ class _SwarmJob(main._Job):
         path = self.out / "demos.jsonl"
         if path.is_file():
             return read_jsonl(path, Episode)
-        engine = RolloutEngine(self.gateway, OrchestratorExpert(orchestrator), self.reward, RolloutConfig(group_size=2))
-        demos = list(
-            await asyncio.gather(*(engine.episode(t) for t in train for _ in range(self.config.sft.demos_per_task)))
-        )
+        timeout = self.config.swarm.episode_seconds()
+        engine = RolloutEngine(self.gateway, OrchestratorExpert(orchestrator), self.reward,
+                               RolloutConfig(group_size=2, episode_timeout=timeout))  # fmt: skip
+        runs = [t for t in train for _ in range(self.config.sft.demos_per_task)]
+        demos = [e for e in await asyncio.gather(*(engine.episode(t) for t in runs)) if e.status == "finished"]
+        if not demos:
+            raise RuntimeError("the scripted orchestrator finished no demonstration: see the gateway's errors above")
         main._dump(path, demos)
         return demos
 
@@ -167,7 +172,10 @@ class _SwarmJob(main._Job):
         path = self.out / f"{name}.json"
         if path.is_file():
             return json.loads(path.read_text())
-        _, episodes = await evaluate(self.gateway, harness, [t for t in test for _ in range(self.config.eval_repeats)])
+        tasks = [t for t in test for _ in range(self.config.eval_repeats)]
+        # the baseline runs its questions one after another: its episodes get that many times as long
+        timeout = self.config.swarm.episode_seconds() * max(len(t.data["questions"]) for t in test)
+        _, episodes = await evaluate(self.gateway, harness, tasks, timeout=timeout)
         main._dump(self.out / f"{name}.jsonl", episodes)
         n = max(len(episodes), 1)
         result = {
@@ -204,6 +212,8 @@ class _SwarmJob(main._Job):
             if done % cfg.save_every == 0 or done == cfg.updates:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
 
-        engine = RolloutEngine(self.gateway, orchestrator, self.reward, cfg.rollout)
+        timeout = max(cfg.rollout.episode_timeout, self.config.swarm.episode_seconds())
+        rollout = cfg.rollout.model_copy(update={"episode_timeout": timeout})
+        engine = RolloutEngine(self.gateway, orchestrator, self.reward, rollout)
         tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)

@@ -4,8 +4,8 @@
 sequences (frozen sub-agents carry no loss anyway). `role` credit, for swarms whose sub-agents are
 trainable too: within one task's group, the sequences of each role (the agent of a lineage's
 calls) form their own group whose members are that role's lineages across the G episodes, each
-scored with its episode's reward; a role group of one member has nothing to compare with and is
-dropped (counted), never trained on with a made-up baseline. The orchestrator ("main") group is the
+scored with its episode's reward; a role seen in only one episode has nothing to compare with (its
+members share one reward) and is dropped (counted), never trained on with a made-up baseline. The orchestrator ("main") group is the
 episode group, G members.
 """
 
@@ -33,12 +33,12 @@ def role_groups(group: list[Episode], scores: list[float]) -> dict[str, list[tup
 def credited_sequences(
     group: list[Episode], scores: list[float], kind: AdvantageKind, credit: Credit = "episode"
 ) -> tuple[list[Sequence], int]:
-    """The group's training sequences with their advantages, and how many role groups were too small."""
+    """The group's training sequences with their advantages, and how many role groups came from one episode."""
     if credit == "episode":
         return [s for e, adv in zip(group, group_advantages(scores, kind)) for s in episode_sequences(e, adv)], 0
     out, dropped = [], 0
     for members in role_groups(group, scores).values():
-        if len(members) < 2:
+        if len({seqs[0].episode_id for seqs, _ in members}) < 2:
             dropped += 1
             continue
         for (sequences, _), adv in zip(members, group_advantages([score for _, score in members], kind)):

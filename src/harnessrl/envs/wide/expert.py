@@ -54,8 +54,11 @@ class OrchestratorExpert:
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         results = await swarm.execute(response, mine)
         messages += results
-        returned = json.loads(results[1]["content"])  # assign_tasks: [{"agent", "task", "output"}, ...]
-        answers = ["" if r["output"].startswith("error:") else r["output"] for r in returned]
+        try:  # assign_tasks: [{"agent", "task", "output"}, ...], or an error when a limit refused it
+            returned = [r["output"] for r in json.loads(results[1]["content"])]
+        except ValueError:
+            returned = [""] * len(assignments)
+        answers = ["" if r.startswith("error:") else r for r in returned]
         response = await demonstrate(llm, messages, tools, [tool_call(2, "answer", {"answers": answers})])
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         await swarm.execute(response, mine)
