@@ -8,9 +8,10 @@ import pytest
 from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
+from harnessrl.envs.wide.reward import malformed_orchestrator_calls
 from harnessrl.envs.wide.tasks import shape
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.types import Episode, Outcome, Task
+from harnessrl.types import Call, Episode, Outcome, Task
 
 
 def test_every_question_lands_in_one_wide_task_of_its_split():
@@ -41,6 +42,16 @@ def test_item_f1_by_hand():
     assert item_f1(Episode(task=task)) == 0.0  # a failed episode has no outcome
 
 
+def test_only_the_orchestrators_own_broken_calls_are_penalised():
+    def call(trainable: bool, error: str | None) -> Call:
+        return Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[0.0], policy_version=0,
+                    trainable=trainable, tool_call_error=error)  # fmt: skip
+
+    episode = Episode(calls=[call(True, "bad JSON"), call(True, None), call(False, "bad JSON")])
+    assert malformed_orchestrator_calls(episode) == 0.5
+    assert wide_reward().score(episode).terms["malformed_tool_calls"] == -0.25
+
+
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory):
     docs, items = synthetic(0, people=24)
@@ -67,7 +78,10 @@ async def test_expert_untrained_orchestrator_and_serial_baseline_end_to_end(swar
     assert summary["critical_steps"] == critical_steps(demo.calls)
     # the untrained trainable orchestrator runs (whatever it writes) and is scored
     group = await RolloutEngine(swarm_gateway, orchestrator, reward, RolloutConfig(group_size=2)).group(task)
-    assert all(e.status == "finished" and set(e.reward.terms) == {"item_f1", "parallel", "finish"} for e in group)
+    assert all(
+        e.status == "finished" and set(e.reward.terms) == {"item_f1", "parallel", "finish", "malformed_tool_calls"}
+        for e in group
+    )
     # the baseline: one search agent, question after question, every step on the critical path
     serial = await RolloutEngine(swarm_gateway, SerialSearch(searcher, model="sub"), reward).episode(task)
     assert serial.status == "finished" and len(serial.outcome.info["answers"]) == 4

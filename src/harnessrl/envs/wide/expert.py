@@ -1,5 +1,7 @@
 """A scripted orchestrator for SFT demonstrations: create one search sub-agent, assign it every
-question at once, then answer with what the sub-agents returned (an error counts as no answer).
+question (one `assign_task` call each, all in one reply, so they run in parallel: flat arguments are
+easier for a small model to write than one nested `assign_tasks` list), then answer with what the
+sub-agents returned (an error counts as no answer).
 
 It knows nothing the model cannot see (it copies the questions and the sub-agents' outputs), so a
 model can imitate it exactly. Its replies are recorded through the gateway's
@@ -47,19 +49,15 @@ class OrchestratorExpert:
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         swarm, mine, messages, final = self.orchestrator.start(task, llm)
         tools = swarm.schemas + mine.schemas
-        assignments = [{"agent": self.name, "task": q} for q in task.data["questions"]]
-        plan = [tool_call(0, "create_subagent", {"name": self.name, "instructions": SUBAGENT_INSTRUCTIONS}),
-                tool_call(1, "assign_tasks", {"assignments": assignments})]  # fmt: skip
+        questions = task.data["questions"]
+        plan = [tool_call(0, "create_subagent", {"name": self.name, "instructions": SUBAGENT_INSTRUCTIONS})]
+        plan += [tool_call(i + 1, "assign_task", {"agent": self.name, "task": q}) for i, q in enumerate(questions)]
         response = await demonstrate(llm, messages, tools, plan)
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
-        results = await swarm.execute(response, mine)
+        results = await swarm.execute(response, mine)  # the assign_task calls run in parallel
         messages += results
-        try:  # assign_tasks: [{"agent", "task", "output"}, ...], or an error when a limit refused it
-            returned = [r["output"] for r in json.loads(results[1]["content"])]
-        except ValueError:
-            returned = [""] * len(assignments)
-        answers = ["" if r.startswith("error:") else r for r in returned]
-        response = await demonstrate(llm, messages, tools, [tool_call(2, "answer", {"answers": answers})])
+        answers = ["" if r["content"].startswith("error:") else r["content"] for r in results[1:]]
+        response = await demonstrate(llm, messages, tools, [tool_call(len(plan), "answer", {"answers": answers})])
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         await swarm.execute(response, mine)
         return outcome(final, swarm)

@@ -17,8 +17,9 @@ from harnessrl.harness.swarm import Assignment, BoundLLM, Swarm, SwarmLimits
 from harnessrl.types import Outcome, Task
 
 SYSTEM = (
-    "You coordinate sub-agents that search a document collection. Create one sub-agent, assign every "
-    "question to it at once with assign_tasks, then call answer with their answers in question order."
+    "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
+    "question (one assign_task call per question, all in one reply: they run in parallel), then call answer "
+    "with their answers in question order."
 )
 SUBAGENT_INSTRUCTIONS = "Answer the question from the documents."
 
@@ -72,7 +73,7 @@ class WideOrchestrator:
             messages.append(message.model_dump(exclude_none=True))
             messages += await swarm.execute(response, mine)
             if not message.tool_calls:
-                messages.append({"role": "user", "content": "Use a tool: assign_tasks, then answer."})
+                messages.append({"role": "user", "content": "Use a tool: assign_task for each question, then answer."})
         return outcome(final, swarm)
 
 

@@ -1,5 +1,5 @@
 """Item-level F1 (WideSearch's item-F1): the orchestrator's answers against the gold ones, item by item,
-plus the PARL terms (rewards/parl.py) with their annealed weights."""
+plus the PARL terms (rewards/parl.py) with their annealed weights and a malformed-call penalty."""
 
 from __future__ import annotations
 
@@ -21,5 +21,17 @@ def item_f1(episode: Episode) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def wide_reward(lambda_parallel: Schedule | None = None, lambda_finish: Schedule | None = None) -> Reward:
-    return parl_reward(Term("item_f1", item_f1), lambda_parallel, lambda_finish)
+def malformed_orchestrator_calls(episode: Episode) -> float:
+    """Share of the trainable calls whose tool-call text did not parse (a frozen sub-agent's are not the policy's)."""
+    own = [c for c in episode.calls if c.trainable]
+    return sum(c.tool_call_error is not None for c in own) / len(own) if own else 0.0
+
+
+def wide_reward(
+    lambda_parallel: Schedule | None = None, lambda_finish: Schedule | None = None, malformed_weight: float = 0.5
+) -> Reward:
+    """item_f1 + the PARL terms - malformed_weight x the share of the orchestrator's calls that did not
+    parse: a broken call must cost something, or RL cannot tell it from a well-formed miss."""
+    reward = parl_reward(Term("item_f1", item_f1), lambda_parallel, lambda_finish)
+    reward.terms.append(Term("malformed_tool_calls", malformed_orchestrator_calls, -abs(malformed_weight), flag=True))
+    return reward
