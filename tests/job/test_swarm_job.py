@@ -43,7 +43,7 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     assert search["swarm"] is None and search["sft"]["steps"] == 1 and search["rl"]["updates"] == 1
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["subagent_model"] == str(tmp_path / "search" / "best") and summary["width"] == 3
-    for key in ("f1_single", "f1_swarm", "f1_swarm_before_rl"):
+    for key in ("f1_single", "f1_swarm", "f1_swarm_before_rl", "f1_swarm_scripted"):
         assert 0 <= summary[key] <= 1
     assert summary["critical_steps_single"] == summary["total_steps_single"] > 0  # the baseline is all serial
     assert summary["critical_steps_reduction"] > 0

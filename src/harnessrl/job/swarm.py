@@ -6,7 +6,8 @@ the orchestrator and of the single search agent doing the questions in turn (the
 orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish), swarm metrics
 and alarms in metrics.jsonl -> held-out eval. The last RL weights are kept (no validation split).
 
-Run folder: config.yaml, demos.jsonl, sft/, eval_before.json / .jsonl, baseline.json / .jsonl,
+Run folder: config.yaml, demos.jsonl, sft/, baseline.json / .jsonl, scripted.json / .jsonl (the
+scripted orchestrator on the held-out tasks: what delegation alone gives), eval_before.json / .jsonl,
 metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewards.png, swarm.png, summary.json.
 `resume` skips finished phases, as the main job's does.
 """
@@ -120,6 +121,10 @@ class _SwarmJob(main._Job):
             baseline = await self._phase(
                 "baseline", lambda: self._eval("baseline", SerialSearch(searcher, FROZEN), test)
             )
+            # the scripted orchestrator on the same tasks: what delegation alone gives with these sub-agents
+            scripted = await self._phase(
+                "scripted", lambda: self._eval("scripted", OrchestratorExpert(orchestrator), test)
+            )
             before = await self._phase("eval_before", lambda: self._eval("eval_before", orchestrator, test))
             await self._phase("rl", lambda: self._rl(orchestrator, train))
             after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
@@ -134,7 +139,10 @@ class _SwarmJob(main._Job):
             "f1_single": baseline["f1"],
             "f1_swarm_before_rl": before["f1"],
             "f1_swarm": after["f1"],
+            "f1_swarm_scripted": scripted["f1"],
             "critical_steps_single": baseline["critical_steps"],
+            "critical_steps_swarm_scripted": scripted["critical_steps"],
+            "critical_steps_swarm_before_rl": before["critical_steps"],
             "critical_steps_swarm": after["critical_steps"],
             "critical_steps_reduction": baseline["critical_steps"] / max(after["critical_steps"], 1e-9),
             "total_steps_single": baseline["total_steps"],
