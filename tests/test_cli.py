@@ -60,3 +60,20 @@ def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_pat
         [*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2 and "smollm2-135m-instruct, a .gguf file or a folder with a config.json" in bad.stderr
+
+
+def test_sandbox_prints_the_guard_line_last(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "harnessrl", "sandbox", *args], capture_output=True, text=True)
+
+    done = run("--workspace", str(tmp_path), "--", sys.executable, "-c", "print('inside'); open('made', 'w')")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "inside" and (tmp_path / "made").is_file()
+    last = json.loads(lines[-1])
+    assert (last["exit_code"], last["timed_out"], last["survivors"]) == (0, False, 0)
+    assert set(last["guards"]) == {"network", "memory", "processes", "writes"}
+    slow = run("--workspace", str(tmp_path), "--timeout", "1", "--", "sleep", "30")
+    assert slow.returncode == 1 and json.loads(slow.stdout.splitlines()[-1])["timed_out"] is True
+    missing = run("--workspace", str(tmp_path / "nope"), "--", "true")
+    assert missing.returncode == 2 and "nope" in missing.stderr

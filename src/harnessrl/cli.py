@@ -359,6 +359,35 @@ def inspect_episode(
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)
 
 
+@app.command()
+def sandbox(
+    command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
+    workspace: Path = typer.Option(..., help="the directory it runs in and the only one it may write"),
+    timeout: float = typer.Option(30.0, help="wall-clock seconds before the whole process tree is killed"),
+    cpu_seconds: int = typer.Option(30, help="CPU-time limit"),
+    memory_mb: int = typer.Option(1024, help="address-space (and cgroup memory) limit"),
+    processes: int = typer.Option(64, help="most processes at once (pids cgroup)"),
+) -> None:
+    """Run one command exactly as the coding harness does: no network, writes only in WORKSPACE, limits, tree kill.
+
+    Prints the command's output, then one JSON line: exit_code, timed_out, survivors, guards."""
+    import json
+    import sys
+
+    from harnessrl.envs.code import sandbox as box
+
+    limits = box.Limits(wall_seconds=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb, processes=processes)
+    try:
+        result = box.run(command, workspace, limits)
+    except FileNotFoundError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    print(json.dumps(result.summary()))
+    raise typer.Exit(0 if result.exit_code == 0 else 1)
+
+
 def _run_config(checkpoint: str) -> Path | None:
     """The config.yaml of the run folder a checkpoint lies in (the folder itself or up to 3 above)."""
     folder = Path(checkpoint)

@@ -1,0 +1,281 @@
+"""Run one command in a sandbox: no network, writes only inside the workspace, limits on wall-clock
+time, CPU time, memory and processes, and the whole process tree killed when it ends.
+
+Each guard uses the best mechanism the machine allows and is reported by name in
+`SandboxResult.guards` ("off" where the kernel or the machine denies it, logged once as degraded):
+
+| guard | mechanism | without it |
+|---|---|---|
+| network | bubblewrap `--unshare-net`: a network namespace with only its own loopback | `unshare --net` (util-linux), else off |
+| writes | bubblewrap: `/` read-only, the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
+| memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
+| processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
+
+CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`). The command runs in its own
+session inside a PID namespace (`--unshare-pid --die-with-parent`); when it ends or times out every
+process of its cgroup, its process group, and any process carrying its marker in the environment is
+killed, and `survivors` counts those still alive a second later (0 is the contract).
+
+This module knows nothing about tasks, tests or rewards.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_OUTPUT_LIMIT = 64_000  # characters of stdout / stderr kept (the tail)
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_seconds: float = 30.0
+    cpu_seconds: int = 30
+    memory_mb: int = 1024
+    processes: int = 64
+    file_mb: int = 64
+
+
+@dataclass
+class SandboxResult:
+    exit_code: int | None  # None: killed at the timeout
+    timed_out: bool
+    survivors: int
+    guards: dict[str, str]
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        """The line `harnessrl sandbox` prints last."""
+        return {k: v for k, v in asdict(self).items() if k in ("exit_code", "timed_out", "survivors", "guards")}
+
+
+def run(
+    command: list[str], workspace: Path, limits: Limits = Limits(), env: dict[str, str] | None = None
+) -> SandboxResult:
+    """Run `command` with `workspace` as its working directory (and the only place it may write)."""
+    workspace = Path(workspace).resolve()
+    if not workspace.is_dir():
+        raise FileNotFoundError(f"{workspace}: the workspace is not a directory")
+    marker = uuid.uuid4().hex
+    cgroup = _Cgroup.create(marker, limits)
+    isolation, guards = _isolation(workspace)
+    rlimits = _prlimit(limits)
+    guards["memory"] = "+".join(["rlimit_as"] * bool(rlimits) + ["cgroup"] * bool(cgroup)) or "off"
+    guards["processes"] = "cgroup_pids" if cgroup else "off"
+    _warn_degraded(guards)
+    argv = [
+        *_cgroup_join(cgroup),
+        *rlimits,
+        *isolation,
+        *command,
+    ]
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workspace),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **(env or {}),
+        "HARNESSRL_SANDBOX": marker,
+    }
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            argv, cwd=workspace, env=environment, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+        timed_out = False
+        try:
+            exit_code: int | None = process.wait(timeout=limits.wall_seconds)
+        except subprocess.TimeoutExpired:
+            timed_out, exit_code = True, None
+        survivors = _kill_tree(process, marker, cgroup)
+        seconds = time.monotonic() - started
+        stdout, stderr = _tail(out), _tail(err)
+    if cgroup:
+        cgroup.remove()
+    return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds)
+
+
+# ---- isolation -------------------------------------------------------------------------------------
+
+
+def _isolation(workspace: Path) -> tuple[list[str], dict[str, str]]:
+    """The argv prefix that isolates the command, and the network / writes guards it gives."""
+    if _bwrap_works():
+        bwrap = [
+            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
+            "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
+            "--die-with-parent", "--new-session", "--",
+        ]  # fmt: skip
+        return bwrap, {"network": "netns", "writes": "bwrap_readonly_root"}
+    if _unshare_works():
+        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"], {
+            "network": "netns",
+            "writes": "off",
+        }
+    return [], {"network": "off", "writes": "off"}
+
+
+@functools.cache
+def _bwrap_works() -> bool:
+    if not shutil.which("bwrap"):
+        return False
+    probe = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "1000", "--", "true"]
+    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+
+@functools.cache
+def _unshare_works() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "true"]
+    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
+def _warn_degraded(guards: dict[str, str]) -> None:
+    off = sorted(name for name, how in guards.items() if how == "off")
+    if off:
+        _warn_once(
+            f"sandbox: degraded guards {off} (install bubblewrap, allow user namespaces, make cgroups writable: "
+            "docs/code.md)"
+        )
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    if not shutil.which("prlimit"):  # util-linux; without it neither memory nor CPU time is capped
+        _warn_once("sandbox: no prlimit (util-linux): no memory, CPU-time or file-size limit")
+        return []
+    mb = 1024 * 1024
+    return [
+        "prlimit", f"--as={limits.memory_mb * mb}", f"--cpu={limits.cpu_seconds}",
+        f"--fsize={limits.file_mb * mb}", "--core=0", "--",
+    ]  # fmt: skip
+
+
+# ---- cgroups and the tree kill ---------------------------------------------------------------------
+
+
+class _Cgroup:
+    """A fresh cgroup with pids.max and a memory limit: one directory per controller (v1) or one (v2)."""
+
+    def __init__(self, dirs: list[Path]):
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, name: str, limits: Limits) -> _Cgroup | None:
+        memory = str(limits.memory_mb * 1024 * 1024)
+        try:
+            if (CGROUP_ROOT / "cgroup.controllers").is_file():  # v2: one tree
+                parent = CGROUP_ROOT / "harnessrl"
+                parent.mkdir(exist_ok=True)
+                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
+                (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                group = parent / name
+                group.mkdir()
+                (group / "pids.max").write_text(str(limits.processes))
+                (group / "memory.max").write_text(memory)
+                return cls([group])
+            pids, mem = CGROUP_ROOT / "pids" / "harnessrl" / name, CGROUP_ROOT / "memory" / "harnessrl" / name
+            for group in (pids, mem):
+                group.parent.mkdir(exist_ok=True)  # FileNotFoundError where the controller is not mounted
+                group.mkdir()
+                if not (group / "cgroup.procs").is_file():  # a plain directory, not a cgroup file system
+                    group.rmdir()
+                    raise OSError(f"{group.parent.parent} is not a cgroup hierarchy")
+            (pids / "pids.max").write_text(str(limits.processes))
+            (mem / "memory.limit_in_bytes").write_text(memory)
+            return cls([pids, mem])
+        except OSError as exc:
+            _warn_once(f"sandbox: no cgroup ({exc}); processes unlimited, memory by rlimit only")
+            return None
+
+    def pids(self) -> set[int]:
+        procs = self.dirs[0] / "cgroup.procs"
+        return {int(p) for p in procs.read_text().split()} if procs.is_file() else set()
+
+    def remove(self) -> None:
+        for group in self.dirs:
+            try:
+                group.rmdir()
+            except OSError as exc:  # still populated: the survivors were reported
+                log.warning("sandbox: cgroup %s left behind: %s", group, exc)
+
+
+def _cgroup_join(cgroup: _Cgroup | None) -> list[str]:
+    """A shell that moves itself into the cgroup, then execs the rest of the argv (so all its children are in it)."""
+    if cgroup is None:
+        return []
+    join = " ".join(f"echo $$ > '{group / 'cgroup.procs'}';" for group in cgroup.dirs)
+    return ["/bin/sh", "-c", f'{join} exec "$@"', "sandbox"]
+
+
+def _kill_tree(process: subprocess.Popen, marker: str, cgroup: _Cgroup | None) -> int:
+    """SIGKILL the command's session, cgroup and marked processes until none is left; how many survive 1 s."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        members = _members(marker, cgroup)
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.poll()
+        if not members or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    process.wait()
+    return len(_members(marker, cgroup))
+
+
+def _members(marker: str, cgroup: _Cgroup | None) -> set[int]:
+    """Live processes of the sandbox: its cgroup's, and those whose environment carries its marker."""
+    found = cgroup.pids() if cgroup else set()
+    needle = f"HARNESSRL_SANDBOX={marker}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in found:
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes() and _alive(entry):
+                found.add(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return {pid for pid in found if _alive(Path(f"/proc/{pid}"))}
+
+
+def _alive(proc: Path) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _tail(file) -> str:
+    file.seek(0, os.SEEK_END)
+    size = file.tell()
+    file.seek(max(0, size - _OUTPUT_LIMIT * 4))
+    return file.read().decode("utf-8", errors="replace")[-_OUTPUT_LIMIT:]

@@ -1,0 +1,118 @@
+"""Hostile code in the sandbox: contained, and reported. Each guard's test runs where the machine
+gives that guard (scripts/setup.sh installs bubblewrap; cgroups need root) and is skipped, by name,
+where it does not."""
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harnessrl.envs.code import sandbox
+from harnessrl.envs.code.sandbox import Limits
+
+QUICK = Limits(wall_seconds=3, cpu_seconds=10, memory_mb=512, processes=32)
+GUARDS = sandbox.run(["true"], Path("/")).guards
+
+
+def need(guard: str) -> None:
+    if GUARDS[guard] == "off":
+        pytest.skip(f"this machine gives no {guard} guard ({GUARDS})")
+
+
+def py(code: str) -> list[str]:
+    return ["python3", "-c", code]
+
+
+def test_ordinary_command_runs_in_the_workspace(tmp_path):
+    (tmp_path / "in.txt").write_text("hello")
+    result = sandbox.run(
+        py("import os; print(open('in.txt').read(), os.getcwd()); open('out.txt', 'w').write('x')"), tmp_path
+    )
+    assert (result.exit_code, result.timed_out, result.survivors) == (0, False, 0)
+    assert result.stdout.split() == ["hello", str(tmp_path)]
+    assert (tmp_path / "out.txt").read_text() == "x"
+    assert set(result.summary()) == {"exit_code", "timed_out", "survivors", "guards"}
+    assert set(result.guards) >= {"network", "memory", "processes", "writes"}
+
+
+def test_infinite_loop_is_killed_at_the_timeout(tmp_path):
+    started = time.monotonic()
+    result = sandbox.run(py("while True: pass"), tmp_path, QUICK)
+    assert result.timed_out and result.exit_code is None and result.survivors == 0
+    assert time.monotonic() - started < 15
+
+
+def test_children_that_escape_the_process_group_die_too(tmp_path):
+    # setsid puts the sleeper in its own session: killing the process group alone would miss it
+    result = sandbox.run(["sh", "-c", "setsid sleep 300 & setsid sh -c 'sleep 300' & sleep 300"], tmp_path, QUICK)
+    assert result.timed_out and result.survivors == 0
+
+
+def test_fork_bomb_is_capped(tmp_path):
+    need("processes")
+    bomb = "import os, time\nfor i in range(200):\n    if os.fork() == 0:\n        time.sleep(60); os._exit(0)\n"
+    result = sandbox.run(py(bomb), tmp_path, QUICK)
+    assert result.exit_code != 0 and "Resource temporarily unavailable" in result.stderr
+    assert result.survivors == 0
+
+
+def test_memory_bomb_fails_inside(tmp_path):
+    result = sandbox.run(py("x = bytearray(4 * 1024**3); print('allocated')"), tmp_path, QUICK)
+    assert result.exit_code != 0 and "MemoryError" in result.stderr and "allocated" not in result.stdout
+    assert result.guards["memory"].startswith("rlimit_as")
+
+
+def test_writes_outside_the_workspace_fail(tmp_path):
+    need("writes")
+    outside = Path(__file__).with_name("pwned.txt")  # the project's own tree
+    code = f"open({str(outside)!r}, 'w').write('pwned')"
+    result = sandbox.run(py(code), tmp_path, QUICK)
+    assert result.exit_code != 0 and "Read-only file system" in result.stderr
+    assert not outside.exists()
+    # /tmp inside is private: a write beside the workspace (here under /tmp) lands there and is gone after
+    beside = tmp_path.parent / f"{tmp_path.name}-beside.txt"
+    assert sandbox.run(py(f"open({str(beside)!r}, 'w').write('x')"), tmp_path, QUICK).exit_code == 0
+    assert not beside.exists()
+
+
+def test_no_network_even_to_this_machines_loopback(tmp_path):
+    need("network")
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True).start()
+    result = sandbox.run(
+        py(f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)"), tmp_path, QUICK
+    )
+    assert result.exit_code != 0 and ("ConnectionRefusedError" in result.stderr or "OSError" in result.stderr)
+    time.sleep(0.2)
+    server.close()
+    assert accepted in ([], [None])
+
+
+def _accept(server):
+    try:
+        return server.accept()
+    except OSError:
+        return None
+
+
+def test_degraded_guards_are_reported(tmp_path, monkeypatch, caplog):
+    # a machine without bubblewrap, unshare or writable cgroups: the command still runs, every missing guard says "off"
+    monkeypatch.setattr(sandbox, "_bwrap_works", lambda: False)
+    monkeypatch.setattr(sandbox, "_unshare_works", lambda: False)
+    monkeypatch.setattr(sandbox, "CGROUP_ROOT", tmp_path / "no-cgroups")
+    sandbox._warn_once.cache_clear()
+    with caplog.at_level("WARNING"):
+        result = sandbox.run(["sh", "-c", "echo ok; sleep 300 & sleep 300"], tmp_path, Limits(wall_seconds=2))
+    assert result.guards == {"network": "off", "writes": "off", "memory": "rlimit_as", "processes": "off"}
+    assert result.stdout.strip() == "ok" and result.timed_out and result.survivors == 0
+    assert "degraded guards ['network', 'processes', 'writes']" in caplog.text
+
+
+def test_missing_workspace_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        sandbox.run(["true"], tmp_path / "nope")
