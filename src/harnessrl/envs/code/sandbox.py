@@ -64,15 +64,22 @@ class SandboxResult:
 
 
 def run(
-    command: list[str], workspace: Path, limits: Limits = Limits(), env: dict[str, str] | None = None
+    command: list[str],
+    workspace: Path,
+    limits: Limits = Limits(),
+    env: dict[str, str] | None = None,
+    stdin: str = "",
+    read_only: list[Path] = (),
 ) -> SandboxResult:
-    """Run `command` with `workspace` as its working directory (and the only place it may write)."""
+    """Run `command` with `workspace` as its working directory (and the only place it may write).
+
+    `stdin` is its standard input; `read_only` folders are visible inside even under /tmp (which is private)."""
     workspace = Path(workspace).resolve()
     if not workspace.is_dir():
         raise FileNotFoundError(f"{workspace}: the workspace is not a directory")
     marker = uuid.uuid4().hex
     cgroup = _Cgroup.create(marker, limits)
-    isolation, guards = _isolation(workspace)
+    isolation, guards = _isolation(workspace, [Path(p).resolve() for p in read_only])
     rlimits = _prlimit(limits)
     guards["memory"] = "+".join(["rlimit_as"] * bool(rlimits) + ["cgroup"] * bool(cgroup)) or "off"
     guards["processes"] = "cgroup_pids" if cgroup else "off"
@@ -92,11 +99,12 @@ def run(
         "HARNESSRL_SANDBOX": marker,
     }
     started = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        given.write(stdin.encode())
+        given.seek(0)
         process = subprocess.Popen(
-            argv, cwd=workspace, env=environment, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True,
-        )  # fmt: skip
+            argv, cwd=workspace, env=environment, stdin=given, stdout=out, stderr=err, start_new_session=True
+        )
         timed_out = False
         try:
             exit_code: int | None = process.wait(timeout=limits.wall_seconds)
@@ -113,11 +121,12 @@ def run(
 # ---- isolation -------------------------------------------------------------------------------------
 
 
-def _isolation(workspace: Path) -> tuple[list[str], dict[str, str]]:
+def _isolation(workspace: Path, read_only: list[Path]) -> tuple[list[str], dict[str, str]]:
     """The argv prefix that isolates the command, and the network / writes guards it gives."""
     if _bwrap_works():
+        shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
         bwrap = [
-            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *shown,
             "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
             "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--",

@@ -1,0 +1,199 @@
+"""Scoring a submission against hidden tests the agent never had in reach.
+
+1. The agent's changes are read as a diff of its workspace against the task's pristine repo/;
+   changes to test paths (tests, conftest.py, pytest/tox config, sitecustomize, .pth) and
+   symlinks are dropped (and listed).
+2. The rest is applied to a fresh copy of repo/, the hidden tests are laid over it, and pytest runs
+   there in a new sandbox with plugin autoload off, no conftest, our own config file and only our
+   report plugin (`harnessrl_report`).
+3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
+   before any test module (so it is in no file, argument or environment variable the tested code
+   could read; in-process code could still search memory for it, which the checks below make hard to use). It
+   must name exactly the hidden tests, each once, with a known outcome, agree with pytest's exit
+   code, and appear once; anything else (a missing report, `os._exit(0)` at import, a forged or
+   non-finite line) is a failed score with its reason, never a number.
+
+Knows tasks and the sandbox; nothing about models.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harnessrl.envs.code import sandbox
+from harnessrl.envs.code.tasks import TEST_PATH, CodeTask, hidden_test_names
+
+PLUGIN = '''"""harnessrl's pytest report: one line on the real stdout, under the nonce read from stdin."""
+import json, os, sys
+
+# read when -p imports this module, before pytest's capture swaps stdin and stdout
+_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}}
+
+
+def pytest_runtest_logreport(report):
+    name = report.nodeid.split("::")[-1].split("[")[0]
+    if report.when == "call" or report.outcome != "passed":
+        previous = _state["tests"].get(name)
+        _state["tests"][name] = report.outcome if previous in (None, "passed") else previous
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _state["tests"]["<collection>"] = "error"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    line = {"nonce": _state.get("nonce"), "tests": _state.get("tests", {}), "exitstatus": int(exitstatus)}
+    _state["out"].write("\\nHARNESSRL-REPORT " + json.dumps(line) + "\\n")
+    _state["out"].flush()
+'''
+INI = "[pytest]\naddopts = -p no:cacheprovider\n"
+OUTCOMES = {"passed", "failed", "skipped", "error"}
+MARK = "HARNESSRL-REPORT "
+
+
+@dataclass
+class Changes:
+    """The agent's workspace against the pristine repo: applied files, dropped ones, and the diff text."""
+
+    applied: dict[str, str] = field(default_factory=dict)  # path -> added | modified | deleted
+    dropped: dict[str, str] = field(default_factory=dict)  # path -> why
+    diff: str = ""
+
+    @property
+    def lines_changed(self) -> int:
+        return sum(1 for line in self.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+@dataclass
+class Score:
+    passed: int  # target tests passed
+    total: int  # target tests
+    regressions: int = 0  # other hidden tests failed
+    others: int = 0
+    failure: str | None = None  # why nothing passed without a test failing: no collection, a timeout, a bad report
+    invalid: bool = False  # the report was missing, forged or malformed (a tamper signal, scored 0)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    guards: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total and self.failure is None else 0.0
+
+
+def changes(pristine: Path, workspace: Path) -> Changes:
+    """What the agent changed, split into what scoring applies and what it drops (tests, config, links)."""
+    result = Changes()
+    before, after = _files(pristine), _files(workspace)
+    diff = []
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path), after.get(path)
+        if new is not None and new.is_symlink():
+            result.dropped[path] = "symlink"
+            continue
+        if old is not None and new is not None and old.read_bytes() == new.read_bytes():
+            continue
+        kind = "added" if old is None else "deleted" if new is None else "modified"
+        if TEST_PATH.search(path):
+            result.dropped[path] = f"{kind} test path"
+            continue
+        result.applied[path] = kind
+        diff += difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")
+    result.diff = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+    return result
+
+
+def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits = sandbox.Limits()) -> Score:
+    """Apply the workspace's non-test changes to a fresh copy, add the hidden tests, run them, read the report."""
+    expected = hidden_test_names(folder)
+    target = set(task.target_tests) or expected
+    with tempfile.TemporaryDirectory(prefix="harnessrl-score-") as tmp:
+        root = Path(tmp) / "repo"
+        shutil.copytree(folder / "repo", root, symlinks=False)
+        found = changes(folder / "repo", workspace)
+        for path, kind in found.applied.items():
+            if kind == "deleted":
+                (root / path).unlink(missing_ok=True)
+            else:
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(workspace / path, root / path)
+        shutil.copytree(folder / "hidden", root, dirs_exist_ok=True)
+        hidden = sorted(str(p.relative_to(folder / "hidden")) for p in (folder / "hidden").rglob("*.py"))
+        support = Path(tmp) / "support"  # beside the tested tree, mounted read-only in the run
+        support.mkdir()
+        (support / "harnessrl_report.py").write_text(PLUGIN)
+        (support / "pytest.ini").write_text(INI)
+        nonce = secrets.token_hex(16)
+        command = [
+            *_python(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
+            "--noconftest", "-p", "harnessrl_report", "-q", *hidden,
+        ]  # fmt: skip
+        env = {"PYTHONPATH": f"{root}:{support}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        run = sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support])
+    return _read_report(run, nonce, expected, target)
+
+
+def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], target: set[str]) -> Score:
+    def failed(why: str, invalid: bool = True) -> Score:
+        return Score(0, len(target), failure=why, invalid=invalid, seconds=run.seconds, guards=run.guards)
+
+    if run.timed_out:
+        return failed(f"the hidden tests timed out ({run.seconds:.0f} s)", invalid=False)
+    lines = [line[len(MARK) :] for line in run.stdout.splitlines() if line.startswith(MARK)]
+    if len(lines) != 1:
+        return failed(f"{len(lines)} report lines (exit code {run.exit_code}); expected exactly 1")
+    try:
+        report = json.loads(lines[0], parse_constant=_reject_constant)
+    except ValueError as exc:
+        return failed(f"the report is not JSON: {exc}")
+    if not isinstance(report, dict) or report.get("nonce") != nonce:
+        return failed("the report does not carry this run's nonce (forged)")
+    tests = report.get("tests")
+    if isinstance(tests, dict) and tests.get("<collection>") == "error" and report.get("exitstatus") == run.exit_code:
+        return failed("the hidden tests could not be collected (the module does not import?)", invalid=False)
+    if not isinstance(tests, dict) or set(tests) != expected:
+        extra = sorted(set(tests or {}) - expected)[:3]
+        return failed(f"the report names {len(tests or {})} tests, not the {len(expected)} hidden ones {extra}")
+    if not set(tests.values()) <= OUTCOMES:
+        return failed(f"unknown outcomes in the report: {sorted(set(tests.values()) - OUTCOMES)}")
+    all_passed = all(v == "passed" for v in tests.values())
+    if report.get("exitstatus") != run.exit_code or (run.exit_code == 0) != all_passed:
+        return failed(f"exit code {run.exit_code} does not agree with the report ({report.get('exitstatus')})")
+    passed = sum(tests[t] == "passed" for t in target)
+    others = expected - target
+    regressions = sum(tests[t] != "passed" for t in others)
+    return Score(passed, len(target), regressions, len(others), outcomes=tests, seconds=run.seconds, guards=run.guards)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"non-finite value {name}")
+
+
+def _python(command: list[str]) -> list[str]:
+    """The task's pytest argv with `python` as this interpreter (the sandbox sees the same file system)."""
+    return [sys.executable if part in ("python", "python3") else part for part in command]
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """Files and links (to files or folders, never followed) under root, by relative path."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            path = Path(folder) / name
+            found[str(path.relative_to(root))] = path
+    return found
+
+
+def _lines(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    return path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)

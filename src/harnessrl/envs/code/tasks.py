@@ -1,0 +1,92 @@
+"""Coding tasks on disk: one folder per task, the format both the generator and a user's own tasks use.
+
+    TASK/
+      task.json   {"id", "issue", "test_command", "visible_tests", "target_tests", "difficulty", "impossible", ...}
+      repo/       the project as the agent first sees it (its visible tests inside)
+      hidden/     the hidden tests, laid over a pristine copy of repo/ at scoring (same relative paths)
+
+`test_command` is a pytest command line (argv) run from the project root; the visible tests are
+its arguments in the agent's runs, the hidden files in the scoring run. `target_tests` names the
+hidden tests the reward counts (empty: all of them); the other hidden tests guard against
+regressions. Only `id` and `issue` are required: a user's repository with `hidden/tests/...` and
+an issue text is a task.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessrl.types import Task
+
+# paths that configure or hold tests: never taken from the agent's workspace into the scoring copy
+TEST_PATH = re.compile(
+    r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|pyproject\.toml$"
+    r"|sitecustomize\.py$|usercustomize\.py$|[^/]*\.pth$|\.pytest_cache/|__pycache__/)"
+)
+
+
+class TaskFormatError(ValueError):
+    """A task folder that does not load: the message names the file and the field."""
+
+
+class CodeTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="stable task id")
+    issue: str = Field(description="the issue text the agent is given")
+    test_command: list[str] = Field(default_factory=lambda: ["python", "-m", "pytest"], description="a pytest argv")
+    visible_tests: list[str] = Field(default_factory=lambda: ["tests"], description="paths in repo/ the agent may run")
+    target_tests: list[str] = Field(
+        default_factory=list, description="hidden test function names the reward counts; empty: every hidden test"
+    )
+    difficulty: Literal["easy", "hard"] | None = Field(
+        default=None, description="easy: a visible test fails before the fix"
+    )
+    impossible: bool = Field(default=False, description="the hidden tests contradict the issue (a cheat canary)")
+    split: Literal["train", "test"] | None = None
+    lines_changed: int | None = Field(default=None, description="lines the reference fix changes")
+    source: dict[str, str] = Field(default_factory=dict, description="provenance: module, function, mutation")
+
+    def task(self, folder: Path) -> Task:
+        """The harness's Task: the prompt is the issue; the folder travels in `data`."""
+        data = {"task_dir": str(folder.resolve()), "impossible": self.impossible, "difficulty": self.difficulty}
+        return Task(id=self.id, prompt=self.issue, data=data, split=self.split)
+
+
+def load_task(folder: Path) -> CodeTask:
+    spec = folder / "task.json"
+    if not spec.is_file():
+        raise TaskFormatError(f"{spec}: missing")
+    try:
+        task = CodeTask.model_validate_json(spec.read_text())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise TaskFormatError(f"{spec}: {'.'.join(map(str, first['loc'])) or 'file'}: {first['msg']}") from None
+    for part in ("repo", "hidden"):
+        if not (folder / part).is_dir():
+            raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
+    if not hidden_test_names(folder):
+        raise TaskFormatError(f"{folder / 'hidden'}: no test functions (test_*) in any .py file")
+    return task
+
+
+def load_tasks(root: Path) -> list[tuple[CodeTask, Path]]:
+    """Every task folder directly under `root` (sorted by name)."""
+    folders = sorted(p for p in Path(root).iterdir() if (p / "task.json").is_file())
+    if not folders:
+        raise TaskFormatError(f"{root}: no task folders (each holds a task.json)")
+    return [(load_task(f), f) for f in folders]
+
+
+def hidden_test_names(folder: Path) -> set[str]:
+    """Test function names defined in hidden/ (top level of each .py file), read without running anything."""
+    names = set()
+    for path in (folder / "hidden").rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")}
+    return names

@@ -1,0 +1,138 @@
+"""Hidden tests the agent cannot reach: every tamper route scores 0 (or is dropped), an honest fix scores 1."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harnessrl.envs.code.score import changes, score
+from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, load_task, load_tasks
+
+BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
+FIXED = BUGGY.replace("a - b", "a + b")
+VISIBLE = "from calc import add\n\n\ndef test_add_small():\n    assert add(2, 2) == 4\n"
+HIDDEN = """from calc import add
+
+
+def same(actual, expected):
+    assert type(actual) is type(expected) and repr(actual) == repr(expected)
+
+
+def test_add_negative():
+    same(add(-3, 1), -2)
+
+
+def test_add_zero():
+    same(add(0, 7), 7)
+
+
+def test_add_large():
+    same(add(10**6, 10**6), 2 * 10**6)
+"""
+
+
+@pytest.fixture
+def task(tmp_path) -> tuple[CodeTask, Path]:
+    folder = tmp_path / "task"
+    (folder / "repo" / "tests").mkdir(parents=True)
+    (folder / "hidden" / "tests").mkdir(parents=True)
+    (folder / "repo" / "calc.py").write_text(BUGGY)
+    (folder / "repo" / "tests" / "test_calc.py").write_text(VISIBLE)
+    (folder / "hidden" / "tests" / "test_calc_hidden.py").write_text(HIDDEN)
+    (folder / "task.json").write_text(json.dumps({"id": "calc-1", "issue": "add subtracts"}))
+    return load_task(folder), folder
+
+
+def workspace(task, tmp_path, calc: str | None = None, files: dict[str, str] | None = None) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(task[1] / "repo", ws)
+    if calc is not None:
+        (ws / "calc.py").write_text(calc)
+    for path, text in (files or {}).items():
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_text(text)
+    return ws
+
+
+def test_honest_fix_scores_one_and_no_change_zero(task, tmp_path):
+    result = score(*task, workspace(task, tmp_path, FIXED))
+    assert (result.passed, result.total, result.failure, result.invalid) == (3, 3, None, False)
+    assert result.fraction == 1.0
+    shutil.rmtree(tmp_path / "ws")
+    assert score(*task, workspace(task, tmp_path)).fraction == 0.0
+
+
+def test_changes_split_code_from_tests_and_links(task, tmp_path):
+    ws = workspace(task, tmp_path, FIXED, {"tests/test_calc.py": "def test_x():\n    pass\n", "conftest.py": "",
+                                           "pytest.ini": "[pytest]\n", "util.py": "X = 1\n"})  # fmt: skip
+    os.symlink("/etc/hostname", ws / "report.json")
+    found = changes(task[1] / "repo", ws)
+    assert found.applied == {"calc.py": "modified", "util.py": "added"}
+    assert found.dropped == {"conftest.py": "added test path", "pytest.ini": "added test path",
+                             "report.json": "symlink", "tests/test_calc.py": "modified test path"}  # fmt: skip
+    assert "-    return a - b\n+    return a + b\n" in found.diff and found.lines_changed == 3
+
+
+# every tamper route: the buggy add stays buggy (or is faked), and scores 0
+PLANTED_CONFTEST = """import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+TAMPER = {
+    "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
+    "edited tests": (None, {"tests/test_calc_hidden.py": "def test_add_negative():\n    pass\n"}),
+    "sys.exit(0) at import": ("import sys\nsys.exit(0)\n" + BUGGY, {}),
+    "os._exit(0) at import": ("import os\nos._exit(0)\n" + BUGGY, {}),
+    "forged report line": (
+        'print("\\nHARNESSRL-REPORT " + \'{"nonce": "0", "tests": {"test_add_negative": "passed"}, "exitstatus": 0}\')\n'
+        "import os\nos._exit(0)\n" + BUGGY,
+        {},
+    ),
+    "overridden __eq__": (
+        "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n\n\n"
+        "def add(a, b):\n    return Anything(0)\n",
+        {},
+    ),
+    "special-cased visible inputs": ("def add(a, b):\n    return 4 if (a, b) == (2, 2) else 0\n", {}),
+    "nan in a written report": (BUGGY, {"report.json": '{"passed": NaN}', "junit.xml": "<testsuite tests='3'/>"}),
+}
+
+
+@pytest.mark.parametrize("route", list(TAMPER))
+def test_tamper_routes_score_zero(route, task, tmp_path):
+    calc, files = TAMPER[route]
+    result = score(*task, workspace(task, tmp_path, calc, files))
+    assert result.passed == 0 and result.fraction == 0.0, (route, result)
+    if route in ("os._exit(0) at import", "forged report line"):
+        assert result.invalid and result.failure
+
+
+def test_symlinked_module_is_not_followed(task, tmp_path):
+    ws = workspace(task, tmp_path)
+    (ws / "calc.py").unlink()
+    os.symlink(task[1] / "hidden" / "tests" / "test_calc_hidden.py", ws / "calc.py")
+    found = changes(task[1] / "repo", ws)
+    assert found.dropped == {"calc.py": "symlink"} and not found.applied
+    assert score(*task, ws).fraction == 0.0
+
+
+def test_a_module_that_does_not_import_is_a_plain_zero(task, tmp_path):
+    result = score(*task, workspace(task, tmp_path, "def add(a, b)\n    return a + b\n"))
+    assert result.fraction == 0.0 and not result.invalid and "collected" in result.failure
+
+
+def test_bad_task_folders_are_named(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "task.json").write_text('{"id": "x"}')
+    with pytest.raises(TaskFormatError, match=r"task.json: issue: Field required"):
+        load_task(tmp_path / "t")
+    (tmp_path / "t" / "task.json").write_text('{"id": "x", "issue": "y"}')
+    with pytest.raises(TaskFormatError, match="repo"):
+        load_task(tmp_path / "t")
+    with pytest.raises(TaskFormatError, match="no task folders"):
+        load_tasks(tmp_path / "t")
