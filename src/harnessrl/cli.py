@@ -155,13 +155,17 @@ def train(
     ),
 ) -> None:
     """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after
-    (with `swarm:` in the config, the swarm job: an orchestrator over frozen search sub-agents, docs/swarm.md)."""
+    (with `swarm:` in the config, the swarm job: an orchestrator over frozen search sub-agents, docs/swarm.md;
+    with `code:`, the coding job: bug fixes judged by hidden tests in a sandbox, docs/code.md)."""
     import json
 
     from pydantic import ValidationError
 
-    from harnessrl.job import main, swarm
+    from harnessrl.job import code, main, swarm
     from harnessrl.job.config import JobConfig
+
+    def job_module(job: JobConfig):
+        return swarm if job.swarm else code if job.code else main
 
     try:
         if resume is not None:
@@ -172,7 +176,7 @@ def train(
             if not (resume / "config.yaml").is_file():
                 raise FileNotFoundError(f"{resume / 'config.yaml'}: not a run folder")
             job = JobConfig.load(resume / "config.yaml")
-            out, summary = resume, (swarm.resume if job.swarm else main.resume)(resume)
+            out, summary = resume, job_module(job).resume(resume)
         else:
             job = JobConfig.load(config)
             if (corpus is None) != (tasks is None):
@@ -180,7 +184,7 @@ def train(
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
             job.model, job.tool_format = model or job.model, tool_format or job.tool_format
-            summary = (swarm.run if job.swarm else main.run)(job, out)
+            summary = job_module(job).run(job, out)
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -42,3 +42,20 @@ async def test_a_recorded_tool_conversation_masks_exactly_the_sampled_tokens(gat
     assert (
         "sunny in" in masked_text and WEATHER_TOOLS[0]["function"]["name"] in masked_text
     )  # tool output, tools: no loss
+
+
+def test_a_summary_chain_shares_one_weight_and_the_summary_carries_loss_unless_masked():
+    episode = Episode(calls=[
+        _call([1, 2], [10]),                                # a turn
+        _call([1, 2, 10, 20], [11, 12], agent="summariser"),  # the summary: extends the turn (same lineage)
+        _call([1, 2, 30, 11, 12], [13]),                    # restarted from issue + summary: a new segment
+    ])  # fmt: skip
+    before, after = episode_sequences(episode, advantage=1.0)
+    assert before.loss_mask == [0, 0, 1, 0, 1, 1] and (before.weight, after.weight) == (1.0, 1.0)
+    shared = episode_sequences(episode, advantage=1.0, share=True)
+    assert [s.weight for s in shared] == [0.5, 0.5] and sum(s.weight for s in shared) == 1.0
+    masked, _ = episode_sequences(episode, advantage=1.0, mask_agents=["summariser"], share=True)
+    assert masked.loss_mask == [0, 0, 1, 0, 0, 0]
+    # a chain of one segment weighs 1 either way
+    (alone,) = episode_sequences(Episode(calls=[_call([1], [2])]), 1.0, share=True)
+    assert alone.weight == 1.0

@@ -112,6 +112,27 @@ class SwarmJobConfig(_Strict):
         return self.limits.max_orchestrator_steps * (self.limits.subagent_timeout + 30)
 
 
+class CodeJobConfig(_Strict):
+    """The coding job (job/code.py): the coding agent on bug-fix tasks judged by hidden tests."""
+
+    tasks: Path | None = Field(
+        default=None,
+        description="a folder of task folders (docs/code.md); empty = generated from the curated library, cached",
+    )
+    per_function: int = Field(default=8, ge=1, description="generated single-site mutants drawn per function")
+    pairs: int = Field(default=1, ge=0, description="generated two-site mutants per function")
+    impossible_share: float = Field(
+        default=0.05, ge=0, le=0.5, description="tasks whose hidden tests contradict the issue"
+    )
+    max_turns: int = Field(default=8, ge=2, description="agent turns per episode")
+    max_tokens: int = Field(default=192, ge=16, description="per model turn")
+    summarise_at: int | None = Field(
+        default=None, ge=256, description="context tokens at which the agent summarises itself and restarts"
+    )
+    summary_tokens: int = Field(default=96, ge=16, description="the summary's length budget")
+    test_seconds: float = Field(default=30.0, gt=0, description="wall-clock limit of one test run (sandbox)")
+
+
 class JobConfig(_Strict):
     model: str = Field(
         default="tiny-base",
@@ -134,10 +155,19 @@ class JobConfig(_Strict):
     swarm: SwarmJobConfig | None = Field(
         default=None, description="set: run the swarm job (orchestrator RL over frozen search sub-agents) instead"
     )
+    code: CodeJobConfig | None = Field(
+        default=None, description="set: run the coding job (bug fixes judged by hidden tests, docs/code.md) instead"
+    )
     loggers: Loggers = Field(
         default_factory=list,
         description="also log metrics to tensorboard (RUN/tensorboard) and/or wandb (offline, RUN/wandb)",
     )
+
+    @model_validator(mode="after")
+    def _one_job(self) -> JobConfig:
+        if self.swarm is not None and self.code is not None:
+            raise ValueError("swarm and code: a config runs one job; set one of them")
+        return self
 
     @classmethod
     def load(cls, path: Path | None) -> JobConfig:

@@ -35,6 +35,7 @@ class MicroBatch:
     behaviour: torch.Tensor  # (B, T-1) sampled logprobs
     versions: torch.Tensor  # (B, T-1) policy_version that sampled the token; -1 elsewhere
     advantages: torch.Tensor  # (B, 1)
+    weights: torch.Tensor  # (B, 1) each sequence's loss weight (Sequence.weight)
     temperature: torch.Tensor  # (B, T-1) the temperature each token was sampled at
     top_p: torch.Tensor  # (B, T-1) the nucleus each token was sampled from
     sampled: torch.Tensor  # (B, T-1) 1 where the token is a random draw (an importance ratio may use it)
@@ -90,6 +91,7 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
         behaviour=torch.tensor(pad([s.sampled_logprobs[cut + 1 :] for s, cut in zip(batch, cuts)], 0.0, length - 1)),
         versions=torch.tensor(pad([s.versions[cut + 1 :] for s, cut in zip(batch, cuts)], -1, length - 1)),
         advantages=torch.tensor([[s.advantage] for s in batch], dtype=torch.float32),
+        weights=torch.tensor([[s.weight] for s in batch], dtype=torch.float32),
         temperature=torch.tensor(pad([s.temperatures[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
         top_p=torch.tensor(pad([s.top_ps[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
         sampled=torch.tensor(pad([s.sampled[cut + 1 :] for s, cut in zip(batch, cuts)], 0, length - 1)).float(),

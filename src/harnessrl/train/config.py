@@ -35,6 +35,14 @@ class TrainConfig(BaseModel):
         description="episode: one advantage per episode; role: each agent role (trainable sub-agents) grouped "
         "and baselined on its own within the task (train/credit.py)",
     )
+    segments: Literal["each", "share"] = Field(
+        default="each",
+        description="each: every sequence of an episode weighs 1; share: a chain's segments (cut by summaries or "
+        "prunes) weigh 1 / their number, so each episode weighs 1 (self-summarisation, docs/code.md)",
+    )
+    mask_agents: list[str] = Field(
+        default_factory=list, description="agents whose completions carry no loss, e.g. [summariser] (an ablation)"
+    )
     # loss
     loss: Literal["ppo", "cispo"] = Field(default="ppo", description="PPO/GRPO clipped surrogate, or CISPO")
     eps_low: float | None = Field(

@@ -11,6 +11,7 @@ episode group, G members.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal
 
 from harnessrl.train.advantages import AdvantageKind, group_advantages
@@ -20,24 +21,34 @@ from harnessrl.types import Episode
 Credit = Literal["episode", "role"]
 
 
-def role_groups(group: list[Episode], scores: list[float]) -> dict[str, list[tuple[list[Sequence], float]]]:
+def role_groups(
+    group: list[Episode], scores: list[float], mask_agents: Collection[str] = (), share: bool = False
+) -> dict[str, list[tuple[list[Sequence], float]]]:
     """role -> its members: (the sequences of one lineage of one episode, that episode's reward)."""
     members: dict[str, dict[tuple[str, str], tuple[list[Sequence], float]]] = {}
     for episode, score in zip(group, scores):
-        for seq in episode_sequences(episode):
+        for seq in episode_sequences(episode, 0.0, mask_agents, share):
             role = episode.calls[seq.calls[0]].agent
             members.setdefault(role, {}).setdefault((episode.id, seq.lineage), ([], score))[0].append(seq)
     return {role: list(by_member.values()) for role, by_member in members.items()}
 
 
 def credited_sequences(
-    group: list[Episode], scores: list[float], kind: AdvantageKind, credit: Credit = "episode"
+    group: list[Episode],
+    scores: list[float],
+    kind: AdvantageKind,
+    credit: Credit = "episode",
+    mask_agents: Collection[str] = (),
+    share: bool = False,
 ) -> tuple[list[Sequence], int]:
-    """The group's training sequences with their advantages, and how many role groups came from one episode."""
+    """The group's training sequences with their advantages, and how many role groups came from one episode.
+
+    `mask_agents` and `share` go to `episode_sequences` (masked agents, segments sharing one weight)."""
     if credit == "episode":
-        return [s for e, adv in zip(group, group_advantages(scores, kind)) for s in episode_sequences(e, adv)], 0
+        advantages = group_advantages(scores, kind)
+        return [s for e, adv in zip(group, advantages) for s in episode_sequences(e, adv, mask_agents, share)], 0
     out, dropped = [], 0
-    for members in role_groups(group, scores).values():
+    for members in role_groups(group, scores, mask_agents, share).values():
         if len({seqs[0].episode_id for seqs, _ in members}) < 2:
             dropped += 1
             continue

@@ -13,6 +13,7 @@ importance ratio against a greedy token or a demonstration.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from harnessrl.calltree import lineage_of
@@ -32,6 +33,7 @@ class Sequence:
     episode_id: str = ""
     calls: list[int] = field(default_factory=list)  # indices of the calls merged here
     lineage: str = ""  # the conversation its calls belong to
+    weight: float = 1.0  # multiplies its tokens' loss: 1 / segments when a chain's segments share the advantage
 
     def __post_init__(self) -> None:  # built by hand without sampling details: samples at T = 1, no nucleus
         self.temperatures = self.temperatures or [1.0] * len(self.ids)
@@ -51,8 +53,14 @@ class Sequence:
         return sum(m and s for m, s in zip(self.loss_mask, self.sampled))
 
 
-def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence]:
-    """The training sequences of one episode, each carrying the episode's advantage."""
+def episode_sequences(
+    episode: Episode, advantage: float = 0.0, mask_agents: Collection[str] = (), share: bool = False
+) -> list[Sequence]:
+    """The training sequences of one episode, each carrying the episode's advantage.
+
+    Completions of calls whose agent is in `mask_agents` carry no loss (e.g. "summariser": the
+    ablation of trained self-summaries). `share`: the episode's sequences (the segments of a chain
+    cut by summaries or prunes) weigh 1 / their number each, so the episode weighs 1 in all."""
     sequences: list[Sequence] = []
     for index, call in enumerate(episode.calls):
         lineage = lineage_of(call)
@@ -62,14 +70,18 @@ def episode_sequences(episode: Episode, advantage: float = 0.0) -> list[Sequence
             sequences.append(seq)
         new_prompt = call.prompt_ids[len(seq.ids) :]
         seq.ids += new_prompt + call.completion_ids
-        seq.loss_mask += [0] * len(new_prompt) + [int(call.trainable)] * len(call.completion_ids)
+        trained = call.trainable and call.agent not in mask_agents
+        seq.loss_mask += [0] * len(new_prompt) + [int(trained)] * len(call.completion_ids)
         seq.sampled_logprobs += [0.0] * len(new_prompt) + list(call.sampled_logprobs)
         seq.versions += [-1] * len(new_prompt) + [call.policy_version] * len(call.completion_ids)
         seq.temperatures += [1.0] * len(new_prompt) + [call.temperature] * len(call.completion_ids)
         seq.top_ps += [1.0] * len(new_prompt) + [call.top_p] * len(call.completion_ids)
         seq.sampled += [0] * len(new_prompt) + [int(call.sampled)] * len(call.completion_ids)
         seq.calls.append(index)
-    return [s for s in sequences if s.loss_tokens]
+    kept = [s for s in sequences if s.loss_tokens]
+    for seq in kept if share else ():
+        seq.weight = 1.0 / len(kept)
+    return kept
 
 
 def _extended(sequences: list[Sequence], prompt: list[int]) -> Sequence | None:

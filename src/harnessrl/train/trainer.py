@@ -103,7 +103,10 @@ class Trainer:
             if self.config.dynamic_sampling and is_degenerate(scores):
                 dropped += 1
                 continue
-            credited, small = credited_sequences(group, scores, self.config.advantage, self.config.credit)
+            credited, small = credited_sequences(
+                group, scores, self.config.advantage, self.config.credit, self.config.mask_agents,
+                self.config.segments == "share",
+            )  # fmt: skip
             all_sequences += credited
             small_roles += small
         # sequences: policy-gradient losses train on sampled tokens only (no greedy calls, no demonstrations)
@@ -128,7 +131,7 @@ class Trainer:
 
     def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
-        sequences = [s for e in episodes for s in episode_sequences(e, 1.0)]
+        sequences = [s for e in episodes for s in episode_sequences(e, 1.0, self.config.mask_agents)]
         return self._update(
             sequences, "sft", {"rollout/episodes": len(episodes), "rollout/sequences": len(sequences), **(extra or {})}
         )
@@ -227,6 +230,7 @@ class Trainer:
                     kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
                 if kl is not None:
                     per_token = per_token + cfg.kl_coef * kl
+            per_token = per_token * mb.weights  # (B, 1): 1 unless a chain's segments share their episode's weight
             loss = losses.aggregate(
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )

@@ -69,12 +69,19 @@ def test_writes_outside_the_workspace_fail(tmp_path):
     outside = Path(__file__).with_name("pwned.txt")  # the project's own tree
     code = f"open({str(outside)!r}, 'w').write('pwned')"
     result = sandbox.run(py(code), tmp_path, QUICK)
-    assert result.exit_code != 0 and "Read-only file system" in result.stderr
+    assert result.exit_code != 0 and ("Read-only file system" in result.stderr or "No such file" in result.stderr)
     assert not outside.exists()
     # /tmp inside is private: a write beside the workspace (here under /tmp) lands there and is gone after
     beside = tmp_path.parent / f"{tmp_path.name}-beside.txt"
     assert sandbox.run(py(f"open({str(beside)!r}, 'w').write('x')"), tmp_path, QUICK).exit_code == 0
     assert not beside.exists()
+
+
+def test_files_outside_the_system_folders_are_out_of_reach(tmp_path):
+    need("reads")
+    secret = Path(__file__)  # the project's tree stands for a task folder with hidden tests
+    result = sandbox.run(py(f"print(open({str(secret)!r}).read())"), tmp_path, QUICK)
+    assert result.exit_code != 0 and "No such file" in result.stderr and "secret" not in result.stdout
 
 
 def test_no_network_even_to_this_machines_loopback(tmp_path):
@@ -108,9 +115,15 @@ def test_degraded_guards_are_reported(tmp_path, monkeypatch, caplog):
     sandbox._warn_once.cache_clear()
     with caplog.at_level("WARNING"):
         result = sandbox.run(["sh", "-c", "echo ok; sleep 300 & sleep 300"], tmp_path, Limits(wall_seconds=2))
-    assert result.guards == {"network": "off", "writes": "off", "memory": "rlimit_as", "processes": "off"}
+    assert result.guards == {
+        "network": "off",
+        "writes": "off",
+        "reads": "off",
+        "memory": "rlimit_as",
+        "processes": "off",
+    }
     assert result.stdout.strip() == "ok" and result.timed_out and result.survivors == 0
-    assert "degraded guards ['network', 'processes', 'writes']" in caplog.text
+    assert "degraded guards ['network', 'processes', 'reads', 'writes']" in caplog.text
 
 
 def test_missing_workspace_is_named(tmp_path):

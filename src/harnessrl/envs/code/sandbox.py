@@ -7,7 +7,8 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 | guard | mechanism | without it |
 |---|---|---|
 | network | bubblewrap `--unshare-net`: a network namespace with only its own loopback | `unshare --net` (util-linux), else off |
-| writes | bubblewrap: `/` read-only, the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
+| writes | bubblewrap: the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
+| reads | bubblewrap: only system folders and this Python are mounted (read-only), never other files of the machine | off |
 | memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
@@ -27,6 +28,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -124,20 +126,26 @@ def run(
 def _isolation(workspace: Path, read_only: list[Path]) -> tuple[list[str], dict[str, str]]:
     """The argv prefix that isolates the command, and the network / writes guards it gives."""
     if _bwrap_works():
+        system = [arg for folder in _system_folders() for arg in ("--ro-bind-try", folder, folder)]
         shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
         bwrap = [
-            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *shown,
+            "bwrap", *system, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *shown,
             "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
             "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--",
         ]  # fmt: skip
-        return bwrap, {"network": "netns", "writes": "bwrap_readonly_root"}
+        return bwrap, {"network": "netns", "writes": "bwrap", "reads": "system_only"}
     if _unshare_works():
-        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"], {
-            "network": "netns",
-            "writes": "off",
-        }
-    return [], {"network": "off", "writes": "off"}
+        unshare = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+        return unshare, {"network": "netns", "writes": "off", "reads": "off"}
+    return [], {"network": "off", "writes": "off", "reads": "off"}
+
+
+def _system_folders() -> list[str]:
+    """What a command needs to run (system folders, this Python and its packages): nothing of the
+    user's own files, the task folders or their hidden tests."""
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
+    return ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", *sorted(python)]
 
 
 @functools.cache

@@ -134,7 +134,7 @@ def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits 
         (support / "pytest.ini").write_text(INI)
         nonce = secrets.token_hex(16)
         command = [
-            *_python(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
+            *python_argv(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
             "--noconftest", "-p", "harnessrl_report", "-q", *hidden,
         ]  # fmt: skip
         env = {"PYTHONPATH": f"{root}:{support}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -178,7 +178,7 @@ def _reject_constant(name: str):
     raise ValueError(f"non-finite value {name}")
 
 
-def _python(command: list[str]) -> list[str]:
+def python_argv(command: list[str]) -> list[str]:
     """The task's pytest argv with `python` as this interpreter (the sandbox sees the same file system)."""
     return [sys.executable if part in ("python", "python3") else part for part in command]
 

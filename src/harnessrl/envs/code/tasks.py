@@ -4,12 +4,13 @@
       task.json   {"id", "issue", "test_command", "visible_tests", "target_tests", "difficulty", "impossible", ...}
       repo/       the project as the agent first sees it (its visible tests inside)
       hidden/     the hidden tests, laid over a pristine copy of repo/ at scoring (same relative paths)
+      reference/  optional: the fixed files (same relative paths), for the scripted expert's demonstrations
 
 `test_command` is a pytest command line (argv) run from the project root; the visible tests are
 its arguments in the agent's runs, the hidden files in the scoring run. `target_tests` names the
 hidden tests the reward counts (empty: all of them); the other hidden tests guard against
 regressions. Only `id` and `issue` are required: a user's repository with `hidden/tests/...` and
-an issue text is a task.
+an issue text is a task. Nothing but repo/ (copied) is ever mounted where the agent's commands run.
 """
 
 from __future__ import annotations

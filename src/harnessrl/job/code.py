@@ -1,0 +1,200 @@
+"""The coding job: the coding agent (envs/code) learns to fix bugs judged by hidden tests.
+
+tasks (a folder of task folders, or generated from the curated library and cached in
+`$HARNESSRL_CACHE/code-tasks/`) -> the scripted expert's demonstrations -> SFT -> held-out eval
+(functions never trained on) -> RL with the code reward, `code/*` metrics (hidden-test pass share,
+cheat rate on the impossible tasks, submit rate) and `hacking/<flag>` per update -> held-out eval.
+The last RL weights are kept.
+
+Run folder: config.yaml, tasks.json (which tasks, their statistics), demos.jsonl, sft/,
+eval_before.json / .jsonl, metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl,
+phases.json, rewards.png, summary.json. `resume` skips finished phases, as the main job's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+import yaml
+
+from harnessrl.envs.code import sandbox
+from harnessrl.envs.code.expert import CodeExpert
+from harnessrl.envs.code.generate import LIBRARY, generate, statistics
+from harnessrl.envs.code.harness import CodingAgent
+from harnessrl.envs.code.reward import cheat_rate, code_reward, hidden_tests
+from harnessrl.envs.code.tasks import load_tasks
+from harnessrl.eval.heldout import evaluate
+from harnessrl.eval.plots import plot_rewards
+from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.job import main
+from harnessrl.job.config import JobConfig
+from harnessrl.policy import Policy
+from harnessrl.policy.sources import cache_dir
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train import Trainer, lora_for
+from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.types import Episode, Task, read_jsonl
+
+
+def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return asyncio.run(_CodeJob(config, out, progress).run())
+
+
+def resume(out: Path, progress: bool = True) -> dict:
+    return asyncio.run(_CodeJob(JobConfig.load(out / "config.yaml"), out, progress).run())
+
+
+def task_folder(config: JobConfig, progress: bool) -> Path:
+    """`code.tasks`, or the curated library's tasks generated once per library and settings (cached)."""
+    code = config.code
+    if code.tasks is not None:
+        return code.tasks
+    digest = hashlib.sha256()
+    for path in sorted(LIBRARY.rglob("*.py")):
+        digest.update(path.read_bytes())
+    digest.update(f"{config.seed}:{code.per_function}:{code.pairs}:{code.impossible_share}".encode())
+    folder = cache_dir() / "code-tasks" / digest.hexdigest()[:16]
+    if not (folder / "stats.json").is_file():  # written last: a half-generated folder is generated again
+        generate(folder, seed=config.seed, per_function=code.per_function, pairs=code.pairs,
+                 impossible_share=code.impossible_share, progress=progress)  # fmt: skip
+    return folder
+
+
+def code_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """`code/*` of a batch: hidden-test pass share, solved, cheat rate on impossible tasks, submitted, dropped edits."""
+    n = max(len(episodes), 1)
+    info = [e.outcome.info if e.outcome else {} for e in episodes]
+    return {
+        "code/hidden_tests": sum(hidden_tests(e) for e in episodes) / n,
+        "code/solved": sum(bool(e.outcome and e.outcome.success) for e in episodes) / n,
+        "code/cheat_rate": cheat_rate(episodes),
+        "code/submitted": sum(bool(i.get("submitted")) for i in info) / n,
+        "code/dropped_test_edits": sum(bool(i.get("dropped")) for i in info) / n,
+        "code/summaries": sum(i.get("summaries", 0) for i in info) / n,
+    }
+
+
+class _CodeJob(main._Job):
+    async def run(self) -> dict:
+        config, out, started = self.config, self.out, time.perf_counter()
+        code = config.code
+        random.seed(config.seed)
+        folder = task_folder(config, self.progress)
+        loaded = load_tasks(folder)
+        written = folder / "stats.json"  # the generator's, with its candidates and rejections
+        stats = json.loads(written.read_text()) if written.is_file() else statistics([t for t, _ in loaded])
+        tasks = [spec.task(path) for spec, path in loaded]
+        train = [t for t in tasks if t.split != "test"]
+        test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
+        if not train or not test:
+            raise ValueError(f"{folder}: the tasks need both splits: {len(train)} train, {len(test)} test")
+        (out / "tasks.json").write_text(json.dumps({"folder": str(folder), "stats": stats}, indent=1))
+        limits = sandbox.Limits(wall_seconds=code.test_seconds, cpu_seconds=int(code.test_seconds))
+        self.agent = CodingAgent(code.max_turns, code.max_tokens, 1.0, code.summarise_at, code.summary_tokens, limits)
+        self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
+        self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
+        self.policy.engine.prefill_share = None
+        self.gateway = GatewayClient(main.ADMIN, app=create_app(self.policy, main.ADMIN))
+        self.reward = code_reward()
+        self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
+        try:
+            if config.sft.steps:
+                demos = await self._phase("demos", lambda: self._expert(train))
+                await self._phase("sft", lambda: self._sft(demos))
+            before = await self._phase("eval_before", lambda: self._eval("eval_before", test))
+            await self._phase("rl", lambda: self._rl(train))
+            after = await self._phase("eval_after", lambda: self._eval("eval_after", test))
+        finally:
+            await self.gateway.aclose()
+            self.policy.close()
+        summary = {
+            "heldout_tasks": len(test),
+            "heldout_success_before": before["solved"],
+            "heldout_success_after": after["solved"],
+            "heldout_hidden_tests_before": before["hidden_tests"],
+            "heldout_hidden_tests_after": after["hidden_tests"],
+            "cheat_rate_before": before["cheat_rate"],
+            "cheat_rate_after": after["cheat_rate"],
+            "submitted_before": before["submitted"],
+            "submitted_after": after["submitted"],
+            "tasks": stats,
+            "rl_updates": config.rl.updates,
+            "wall_seconds": sum(self.seconds.values()),
+            "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            "phase_seconds": self.seconds,
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if (out / "metrics.jsonl").exists():
+            plot_rewards(out / "metrics.jsonl", out / "rewards.png")
+        return summary
+
+    async def _expert(self, train: list[Task]) -> list[Episode]:
+        path = self.out / "demos.jsonl"
+        if path.is_file():
+            return read_jsonl(path, Episode)
+        solvable = [
+            t for t in train if not t.data.get("impossible") and (Path(t.data["task_dir"]) / "reference").is_dir()
+        ]
+        if not solvable:
+            raise ValueError("no training task has a reference/ fix for the expert's demonstrations: set sft.steps: 0")
+        demos = []
+        for rep in range(self.config.sft.demos_per_task):
+            engine = RolloutEngine(self.gateway, CodeExpert(self.agent, seed=self.config.seed * 1000 + rep),
+                                   self.reward, RolloutConfig(group_size=2, concurrency=2))  # fmt: skip
+            demos += [e for e in await asyncio.gather(*(engine.episode(t) for t in solvable)) if e.status == "finished"]
+        if not demos:
+            raise RuntimeError("the scripted expert finished no demonstration: see the errors above")
+        main._dump(path, demos)
+        return demos
+
+    async def _eval(self, name: str, test: list[Task]) -> dict:
+        path = self.out / f"{name}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        tasks = [t for t in test for _ in range(self.config.eval_repeats)]
+        _, episodes = await evaluate(self.gateway, self.agent, tasks, concurrency=4, timeout=self._episode_seconds())
+        main._dump(self.out / f"{name}.jsonl", episodes)
+        result = {k.removeprefix("code/"): v for k, v in code_metrics(episodes).items()}
+        result |= {"episodes": len(episodes), "failed": sum(e.status == "failed" for e in episodes),
+                   "policy_version": self.policy.version}  # fmt: skip
+        path.write_text(json.dumps(result, indent=1))
+        return result
+
+    def _episode_seconds(self) -> float:
+        """Each turn may run the tests once, and scoring runs them once more."""
+        return (self.config.code.max_turns + 1) * (self.config.code.test_seconds + 30)
+
+    async def _rl(self, train: list[Task]) -> None:
+        cfg = self.config.rl
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
+                          run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
+        checkpoints = self.out / "checkpoints"
+        done = 0
+        if (latest := latest_checkpoint(checkpoints)) is not None:
+            done = trainer.resume(latest).get("updates", trainer.step)
+        if cfg.updates - done <= 0:
+            return
+
+        def checkpoint(_: dict) -> None:
+            nonlocal done
+            done += 1
+            if done % cfg.save_every == 0 or done == cfg.updates:
+                trainer.save(checkpoints, cursor={"updates": done}, number=done)
+
+        timeout = max(cfg.rollout.episode_timeout, self._episode_seconds())
+        rollout = cfg.rollout.model_copy(
+            update={"episode_timeout": timeout, "concurrency": min(cfg.rollout.concurrency, 8)}
+        )
+        engine = RolloutEngine(self.gateway, self.agent, self.reward, rollout)
+        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
+        await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint,
+                           lambda episodes, _: code_metrics(episodes))  # fmt: skip

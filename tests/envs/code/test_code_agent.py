@@ -1,0 +1,87 @@
+"""The coding agent through the real gateway: its tools, the scripted expert's fix scored by the hidden
+tests, and self-summarisation recorded as one more call of the main conversation."""
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from harnessrl.envs.code.expert import CodeExpert, fix_edits
+from harnessrl.envs.code.harness import CodingAgent, _Run
+from harnessrl.envs.code.reward import cheat_rate, code_reward
+from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train.sequences import episode_sequences
+from harnessrl.types import Episode, Task
+from tests.envs.code.test_score import FIXED, task  # noqa: F401  (the calc task fixture)
+
+
+def with_reference(task) -> Task:  # noqa: F811
+    spec, folder = task
+    (folder / "reference").mkdir()
+    (folder / "reference" / "calc.py").write_text(FIXED)
+    return spec.task(folder)
+
+
+def test_tools_answer_bad_calls_with_reasons(task, tmp_path):  # noqa: F811
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    assert run.list_files().splitlines() == ["calc.py", "tests/test_calc.py"]
+    assert run.read_file("calc.py", 3, 3) == "3:     return a - b"
+    assert "was not found" in run.edit_file("calc.py", "return a * b", "x")
+    assert "occurs 2 times" in run.edit_file("calc.py", ": int", "c")
+    assert run.edit_file("calc.py", "a - b", "a + b") == "edited calc.py" and run.edited == ["calc.py"]
+    assert run.search_code(r"a \+ b") == "calc.py:3: return a + b"
+    assert "exit code 0" in run.run_tests() and "1 passed" in run.run_tests()
+    for bad in ("../../etc/passwd", "/etc/passwd"):
+        try:
+            run._path(bad)
+        except ValueError as exc:
+            assert "outside the project" in str(exc)
+        else:
+            raise AssertionError(bad)
+
+
+async def test_expert_fix_is_scored_by_the_hidden_tests(gateway, task):  # noqa: F811
+    reward = code_reward()
+    engine = RolloutEngine(gateway, CodeExpert(CodingAgent(), p_explore=1.0), reward, RolloutConfig(group_size=2))
+    episode = await engine.episode(with_reference(task))
+    assert episode.status == "finished", episode.failure_reason
+    info = episode.outcome.info
+    assert episode.outcome.success and info["hidden"]["passed"] == info["hidden"]["total"] == 3
+    assert info["submitted"] and info["edited_files"] == ["calc.py"] and info["lines_changed"] == 2
+    assert all(c.demonstration for c in episode.calls)
+    (scored,) = await reward.score_group([episode])
+    assert scored.terms["hidden_tests"] == 1.0 and not scored.flags
+    assert cheat_rate([episode]) == 0.0
+
+
+async def test_summary_goes_through_the_gateway_and_splits_the_chain(gateway, task):  # noqa: F811
+    agent = CodingAgent(max_turns=3, max_tokens=24, summarise_at=64, summary_tokens=16)
+    engine = RolloutEngine(gateway, agent, code_reward(), RolloutConfig(group_size=2))
+    episode = await engine.episode(task[0].task(task[1]))
+    assert episode.status == "finished", episode.failure_reason
+    summaries = [c for c in episode.calls if c.agent == "summariser"]
+    assert summaries and episode.outcome.info["summaries"] == len(summaries)
+    assert all(c.lineage == "main" and c.trainable and c.completion_ids for c in summaries)
+    segments = episode_sequences(episode, 1.0, share=True)
+    assert len(segments) >= 2 and abs(sum(s.weight for s in segments) - 1.0) < 1e-9
+    masked = episode_sequences(episode, 1.0, mask_agents=["summariser"])
+    assert sum(s.loss_tokens for s in masked) == sum(s.loss_tokens for s in segments) - sum(
+        len(c.completion_ids) for c in summaries
+    )
+
+
+def test_fix_edits_widen_until_the_search_text_is_unique():
+    broken, fixed = "a\nx\nb\nx\nc\n", "a\nx\nb\ny\nc\n"
+    assert fix_edits(broken, fixed) == [(3, "b\nx\nc\n", "b\ny\nc\n")]
+
+
+def test_a_tampering_agent_is_flagged(task, tmp_path):  # noqa: F811
+    # an agent that "fixes" the visible test instead of the code: the edit is dropped and flagged
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    run.edit_file("tests/test_calc.py", "assert add(2, 2) == 4", "assert True")
+    run.submitted = True
+    outcome = run.outcome()
+    assert outcome.info["dropped"] == {"tests/test_calc.py": "modified test path"} and not outcome.success
+    (scored,) = asyncio.run(code_reward().score_group([Episode(task=run.task, outcome=outcome)]))
+    assert "test_tampering" in scored.flags and scored.terms["hidden_tests"] == 0.0
+    shutil.rmtree(tmp_path / "ws")
+    assert Path(task[1] / "repo" / "tests" / "test_calc.py").read_text().count("add(2, 2) == 4") == 1

@@ -1,0 +1,33 @@
+"""The coding job end to end at minimal size: tasks generated from one library module (validated in the
+sandbox), expert demonstrations, SFT, eval, one RL update with the code metrics, eval, summary."""
+
+import json
+
+from harnessrl.envs.code.generate import generate
+from harnessrl.job import code
+from harnessrl.job.config import JobConfig
+
+
+def test_code_job_runs_end_to_end(tmp_path):
+    tasks = generate(
+        tmp_path / "tasks", per_function=1, pairs=0, modules=["text"], impossible_share=0.2, progress=False
+    )
+    stats = json.loads((tmp_path / "tasks" / "stats.json").read_text())
+    assert stats["tasks"] == len(tasks) >= 3 and stats["impossible"] >= 1
+    assert stats["split"].get("test") and stats["split"].get("train")
+    for spec, folder in tasks:  # each kept task: its hidden tests fail before the fix (validated by the generator)
+        assert spec.target_tests and (folder / "reference").is_dir() and not (folder / "repo" / "reference").exists()
+    config = JobConfig.model_validate({
+        "code": {"tasks": str(tmp_path / "tasks"), "max_turns": 3, "max_tokens": 48, "test_seconds": 15},
+        "sft": {"steps": 2, "batch_episodes": 4}, "eval_tasks": 2, "eval_repeats": 1,
+        "rl": {"updates": 1, "validation_tasks": 0, "rollout": {"group_size": 2, "groups_per_update": 1},
+               "train": {"segments": "share"}},
+    })  # fmt: skip
+    summary = code.run(config, tmp_path / "run", progress=False)
+    assert summary["heldout_tasks"] == 2 and summary["tasks"]["tasks"] == len(tasks)
+    assert 0 <= summary["heldout_hidden_tests_after"] <= 1 and summary["cheat_rate_after"] == 0.0
+    demos = [json.loads(line) for line in (tmp_path / "run" / "demos.jsonl").read_text().splitlines()]
+    assert demos and all(d["outcome"]["success"] for d in demos)  # the expert's fixes pass the hidden tests
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {"code/hidden_tests", "code/cheat_rate", "code/submitted", "reward/hidden_tests"} <= set(metrics[-1])
+    assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "rewards.png").is_file()
