@@ -59,7 +59,7 @@ def task_folder(config: JobConfig, progress: bool) -> Path:
     if code.tasks is not None:
         return code.tasks
     digest = hashlib.sha256()
-    for path in sorted(LIBRARY.rglob("*.py")):
+    for path in [*sorted(LIBRARY.rglob("*.py")), Path(generate.__code__.co_filename)]:  # the library and the generator
         digest.update(path.read_bytes())
     digest.update(f"{config.seed}:{code.per_function}:{code.pairs}:{code.impossible_share}".encode())
     folder = cache_dir() / "code-tasks" / digest.hexdigest()[:16]
