@@ -3,9 +3,9 @@ from harnessrl.types import Call, Episode
 from tests.conftest import WEATHER_TOOLS
 
 
-def _call(prompt, completion, trainable=True, agent="main", version=0):
+def _call(prompt, completion, trainable=True, agent="main", version=0, lineage=None):
     return Call(
-        agent=agent, prompt_ids=prompt, completion_ids=completion, sampled_logprobs=[-0.5] * len(completion),
+        agent=agent, lineage=lineage, prompt_ids=prompt, completion_ids=completion, sampled_logprobs=[-0.5] * len(completion),
         policy_version=version, trainable=trainable,
     )  # fmt: skip
 
@@ -47,7 +47,7 @@ async def test_a_recorded_tool_conversation_masks_exactly_the_sampled_tokens(gat
 def test_a_summary_chain_shares_one_weight_and_the_summary_carries_loss_unless_masked():
     episode = Episode(calls=[
         _call([1, 2], [10]),                                # a turn
-        _call([1, 2, 10, 20], [11, 12], agent="summariser"),  # the summary: extends the turn (same lineage)
+        _call([1, 2, 10, 20], [11, 12], agent="summariser", lineage="main"),  # the summary: extends the turn
         _call([1, 2, 30, 11, 12], [13]),                    # restarted from issue + summary: a new segment
     ])  # fmt: skip
     before, after = episode_sequences(episode, advantage=1.0)
