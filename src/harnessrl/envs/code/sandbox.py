@@ -126,10 +126,11 @@ def run(
 def _isolation(workspace: Path, read_only: list[Path]) -> tuple[list[str], dict[str, str]]:
     """The argv prefix that isolates the command, and the network / writes guards it gives."""
     if _bwrap_works():
+        # /tmp first: a Python (a venv) or a workspace under /tmp is mounted over the private /tmp, not hidden by it
         system = [arg for folder in _system_folders() for arg in ("--ro-bind-try", folder, folder)]
         shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
         bwrap = [
-            "bwrap", *system, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *shown,
+            "bwrap", "--tmpfs", "/tmp", *system, "--dev", "/dev", "--proc", "/proc", *shown,
             "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
             "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--",
