@@ -32,7 +32,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,6 @@ class SandboxResult:
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         """The line `harnessrl sandbox` prints last."""
@@ -71,7 +71,7 @@ def run(
     limits: Limits = Limits(),
     env: dict[str, str] | None = None,
     stdin: str = "",
-    read_only: list[Path] = (),
+    read_only: Sequence[Path] = (),
 ) -> SandboxResult:
     """Run `command` with `workspace` as its working directory (and the only place it may write).
 
@@ -86,12 +86,7 @@ def run(
     guards["memory"] = "+".join(["rlimit_as"] * bool(rlimits) + ["cgroup"] * bool(cgroup)) or "off"
     guards["processes"] = "cgroup_pids" if cgroup else "off"
     _warn_degraded(guards)
-    argv = [
-        *_cgroup_join(cgroup),
-        *rlimits,
-        *isolation,
-        *command,
-    ]
+    argv = [*_cgroup_join(cgroup), *rlimits, *isolation, *command]
     environment = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(workspace),
