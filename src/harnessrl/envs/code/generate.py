@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
+from harnessrl.envs.code import sandbox
 from harnessrl.envs.code import score as scoring
 from harnessrl.envs.code.sandbox import Limits
 from harnessrl.envs.code.tasks import CodeTask, load_task
@@ -217,7 +218,7 @@ def generate(
                 rejected["original fails"] += 1
                 continue
             seen.add(key)
-            visible = scoring.sandbox.run([*scoring.python_argv(["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            visible = sandbox.run([*scoring.python_argv(["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                            "-k", prefix, "tests"], scratch / "repo", LIMITS)  # fmt: skip
             kept.append((fn, muts, mutant, "easy" if visible.exit_code == 1 else "hard", len(failing), len(names)))
         shutil.rmtree(scratch, ignore_errors=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 import openai
 
 from harnessrl.envs.code import sandbox
-from harnessrl.envs.code.score import changes, python_argv, score
+from harnessrl.envs.code.score import python_argv, score
 from harnessrl.envs.code.tasks import load_task
 from harnessrl.harness import Toolbox
 from harnessrl.types import Outcome, Task
@@ -173,8 +173,8 @@ class _Run:
         self.messages = [*self.start, {"role": "user", "content": f"Your summary of the work so far:\n{summary}"}]
 
     def outcome(self) -> Outcome:
-        found = changes(self.folder / "repo", self.workspace)
         hidden = score(self.spec, self.folder, self.workspace, self.agent.limits)
+        found = hidden.changes
         solved = hidden.failure is None and hidden.passed == hidden.total and not hidden.regressions
         return Outcome(
             answer=found.diff,

@@ -84,6 +84,7 @@ class Score:
     outcomes: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     guards: dict[str, str] = field(default_factory=dict)
+    changes: Changes | None = None  # what of the workspace was applied and dropped (set by `score`)
 
     @property
     def fraction(self) -> float:
@@ -139,7 +140,9 @@ def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits 
         ]  # fmt: skip
         env = {"PYTHONPATH": f"{root}:{support}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         run = sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support])
-    return _read_report(run, nonce, expected, target)
+    result = _read_report(run, nonce, expected, target)
+    result.changes = found
+    return result
 
 
 def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], target: set[str]) -> Score:
