@@ -14,4 +14,9 @@ if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/d
     (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
         || echo "bubblewrap not installed: the code sandbox runs with degraded guards"
 fi
+# the trace store's PostgreSQL tests (tests/loop) start a throwaway server from the Debian package
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null 2>&1 \
+        || echo "postgresql not installed: the store's PostgreSQL tests are skipped"
+fi
 echo "harnessrl installed in $(pwd)/.venv"

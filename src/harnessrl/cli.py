@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -43,6 +44,18 @@ def serve(
         "NAME=http://HOST/v1#UPSTREAM (proxied; key from HARNESSRL_FROZEN_API_KEY); requests with model NAME "
         "go there and are recorded untrainable. Repeatable.",
     ),
+    registry: Path | None = typer.Option(
+        None, help="serve the promoted version of this model registry and follow promotions (instead of --model)"
+    ),
+    store: str | None = typer.Option(
+        None,
+        help="trace store (SQLAlchemy URL or SQLite path): every call committed before it is answered; "
+        "default REGISTRY/traces.db with --registry, none otherwise",
+    ),
+    session_ttl: float | None = typer.Option(
+        None,
+        help="seconds an episode may stay idle before it is expired (failed, counted); default 3600 with --registry",
+    ),
 ) -> None:
     """Serve the policy behind the OpenAI-compatible gateway and record episodes."""
     import uvicorn
@@ -54,7 +67,24 @@ def serve(
         frozen_models = dict(parse_frozen(spec, tool_format) for spec in frozen)
     except ValueError as exc:  # FrozenSpecError, PolicyLoadError
         raise typer.BadParameter(str(exc), param_hint="--frozen") from None
-    policy = _load_policy(model, seed, max_batch, tool_format)
+    background, recorder = [], None
+    if registry is not None:
+        from harnessrl.loop.serve import follow
+
+        reg = _registry(registry)
+        if reg.promoted() is None:
+            _fail(f"{registry}: nothing promoted yet (harnessrl promote VERSION --registry {registry})")
+        policy = reg.load(reg.promoted(), max_batch, tool_format)
+        background.append(follow(reg, max_batch, tool_format))
+        store = store or str(registry / "traces.db")
+        session_ttl = session_ttl or 3600.0
+    else:
+        policy = _load_policy(model, seed, max_batch, tool_format)
+    if store is not None:
+        from harnessrl.loop import Store
+
+        recorder = Store(store)
+        console.print(f"recording every call to {recorder.url}")
     if admin_key is None:
         admin_key = "hrl-admin-" + secrets.token_urlsafe(18)
         console.print(f"[yellow]no --admin-key or HARNESSRL_ADMIN_KEY; this run's admin key:[/] {admin_key}")
@@ -64,6 +94,9 @@ def serve(
         max_request_bytes=max_request_bytes,
         default_max_tokens=default_max_tokens,
         frozen=frozen_models,
+        recorder=recorder,
+        session_ttl=session_ttl,
+        background=background,
     )
     console.print(f"serving [bold]{policy.name}[/] on http://{host}:{port}/v1 (policy_version {policy.version})")
     for name in frozen_models:
@@ -71,7 +104,9 @@ def serve(
     try:
         uvicorn.run(gateway, host=host, port=port, log_level=log_level)
     finally:
-        policy.close()
+        gateway.state.serving.policy.close()
+        if recorder is not None:
+            recorder.close()
 
 
 @app.command()
@@ -310,8 +345,8 @@ def sft(
 
 @app.command()
 def report(
-    run: Path = typer.Argument(
-        ..., help="run folder: metrics.jsonl (and sft/metrics.jsonl, summary.json when the main job wrote them)"
+    run: Path | None = typer.Argument(
+        None, help="run folder: metrics.jsonl (and sft/metrics.jsonl, summary.json when the main job wrote them)"
     ),
     other: Path | None = typer.Argument(
         None, help="a second run folder, drawn on the same plots and tabled side by side"
@@ -319,10 +354,20 @@ def report(
     out: Path | None = typer.Option(
         None, help="the HTML page; default RUN/report.html, PNGs in a folder beside it named after it (RUN/report/)"
     ),
+    registry: Path | None = typer.Option(
+        None, help="a model registry: one page of its cycles (data counts, reward, eval, decision); DIR/report.html"
+    ),
 ) -> None:
     """One static HTML page: reward and its terms, held-out success, entropy, clip fractions, ratios, staleness, logprob gap, hacking flags."""
     from harnessrl.eval.report import ReportError, write_report
 
+    if registry is not None:
+        from harnessrl.loop.report import write_registry_report
+
+        print(write_registry_report(_registry(registry).root, out))
+        return
+    if run is None:
+        _fail("give a RUN folder, or --registry DIR")
     try:
         page = write_report([run] if other is None else [run, other], out)
     except (ReportError, OSError) as exc:
@@ -411,3 +456,173 @@ def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = 
     except (PolicyLoadError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+
+
+# ---- the production loop (docs/production.md) -------------------------------------------------
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def _registry(folder: Path):
+    from harnessrl.loop.registry import Registry, RegistryError
+
+    try:
+        return Registry(folder)
+    except RegistryError as exc:
+        _fail(str(exc))
+
+
+@app.command("registry")
+def registry_command(
+    folder: Path = typer.Argument(..., help="the registry folder"),
+    create: str | None = typer.Option(None, help="create the registry for model NAME (with --model)"),
+    model: str | None = typer.Option(
+        None, help="add a version made from this model and promote it if none is: " + MODEL_HELP
+    ),
+    seed: int = typer.Option(0, help="seed for building 'tiny'"),
+) -> None:
+    """Show a model registry's versions, decisions and figures; --create NAME --model M starts one."""
+    from rich.table import Table
+
+    from harnessrl.loop.registry import Registry, RegistryError
+    from harnessrl.policy import PolicyLoadError
+
+    try:
+        reg = Registry.create(folder, create) if create else Registry(folder)
+        if model is not None:
+            with reg.lock():
+                info = reg.add_model(model, seed)
+                if reg.promoted() is None:
+                    reg.promote(info.id, reason=f"first version, from {model}")
+            console.print(f"added {info.id} from {model}")
+    except (RegistryError, PolicyLoadError, OSError) as exc:
+        _fail(str(exc))
+    promoted = reg.promoted()
+    table = Table(title=f"registry {reg.name} ({reg.root})")
+    for column in ("version", "parent", "source / window", "reward", "eval cand/cur", "lower bound", "decision"):
+        table.add_column(column)
+    for v in reg.versions():
+        d, f = v.decision, v.figures
+        window = v.source or (f"{f.get('counts', {}).get('labelled_used')} episodes" if v.data_window else "")
+        table.add_row(
+            ("* " if v.id == promoted else "  ") + v.id,
+            v.parent or "",
+            window,
+            str(f.get("reward_mean", "")),
+            f"{d.get('eval_candidate', '')}/{d.get('eval_current', '')}" if "eval_current" in d else "",
+            str(d.get("paired_lower_bound", "")),
+            "added"
+            if d.get("added")
+            else ("passed" if d.get("promote") else "refused: " + "; ".join(d.get("reasons", []))),
+        )
+    Console().print(table)
+    print(json.dumps({"name": reg.name, "promoted": promoted, "versions": [v.id for v in reg.versions()]}))
+
+
+@app.command()
+def promote(
+    version: str = typer.Argument(..., help="NAME@vN, vN or N"),
+    registry: Path = typer.Option(..., help="the registry folder"),
+    reason: str = typer.Option("by hand", help="recorded in events.jsonl"),
+) -> None:
+    """Point the registry at VERSION (atomic); a running `serve --registry` switches within a second."""
+    from harnessrl.loop.registry import RegistryError
+
+    reg = _registry(registry)
+    try:
+        with reg.lock():
+            before = reg.promote(reg.resolve(version), reason=reason)
+    except RegistryError as exc:
+        _fail(str(exc))
+    print(json.dumps({"promoted": reg.promoted(), "previous": before}))
+
+
+@app.command()
+def rollback(registry: Path = typer.Option(..., help="the registry folder")) -> None:
+    """Back to the version promoted before the current one (the same atomic switch as promote)."""
+    from harnessrl.loop.registry import RegistryError
+
+    reg = _registry(registry)
+    try:
+        with reg.lock():
+            before, after = reg.rollback()
+    except RegistryError as exc:
+        _fail(str(exc))
+    print(json.dumps({"promoted": after, "previous": before}))
+
+
+@app.command()
+def cycle(
+    config: Path = typer.Argument(..., help="loop config (YAML): registry, store, harness, benchmark, gate, train"),
+    once: bool = typer.Option(False, "--once", help="run one cycle and exit"),
+    every: str | None = typer.Option(None, help="run a cycle every DURATION (5h, 30m, 90s) until stopped"),
+    candidate: Path | None = typer.Option(
+        None, help="gate this Hugging Face folder (trained elsewhere) instead of training a candidate"
+    ),
+) -> None:
+    """Train a candidate on the feedback-labelled traffic since the last cycle, gate it, promote or refuse it."""
+    import time
+
+    from harnessrl.loop.cycle import LoopConfig, run_cycle
+
+    if once == (every is not None):
+        _fail("give exactly one of --once or --every DURATION")
+    try:
+        loop = LoopConfig.load(config)
+    except ValueError as exc:
+        _fail(str(exc))
+    period = _duration(every) if every else None
+    while True:
+        started = time.monotonic()
+        try:
+            event = run_cycle(loop, candidate)
+        except ValueError as exc:
+            _fail(str(exc))
+        decision = event["decision"]
+        verdict = "promoted" if decision.get("promote") else ("skipped" if decision.get("skipped") else "refused")
+        console.print(f"cycle: {event['version'] or 'no candidate'} {verdict} {'; '.join(decision.get('reasons', []))}")
+        print(json.dumps(event, default=str))
+        if period is None:
+            return
+        time.sleep(max(0.0, period - (time.monotonic() - started)))
+
+
+def _duration(text: str) -> float:
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd])\s*", text)
+    if match is None:
+        raise typer.BadParameter(f"{text!r}: a number and a unit, e.g. 5h, 30m, 90s", param_hint="--every")
+    return float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+
+
+@app.command()
+def ingest(
+    traces: Path = typer.Argument(
+        ..., help="JSONL: one OpenAI chat conversation per line (messages, tools, outcome, feedback)"
+    ),
+    store: str = typer.Option("traces.db", help="trace store: SQLAlchemy URL or SQLite path"),
+    quarantine: Path | None = typer.Option(
+        None, help="bad lines with line number and reason; default TRACES.quarantine.jsonl"
+    ),
+    tasks: Path | None = typer.Option(None, help="also write the conversations as Task JSONL (to replay)"),
+    sft: Path | None = typer.Option(None, help="also write demonstrations JSONL (POST /v1/demonstrations bodies)"),
+) -> None:
+    """Import production traces; last line: {"lines", "imported", "quarantined", "duplicates"}."""
+    from harnessrl.loop import Store
+    from harnessrl.loop.ingest import ingest as run_ingest
+
+    if not traces.is_file():
+        _fail(f"{traces}: no such file")
+    quarantine = quarantine or traces.with_name(traces.name + ".quarantine.jsonl")
+    db = Store(store)
+    try:
+        counts = run_ingest(traces, db, quarantine, tasks, sft)
+    finally:
+        db.close()
+    if counts["quarantined"]:
+        console.print(f"[yellow]{counts['quarantined']} lines quarantined:[/] {quarantine}")
+    print(json.dumps(counts))

@@ -10,6 +10,11 @@ goes to it and is recorded untrainable; anything else goes to the trainable poli
 `metadata` places the call in the episode's tree: `agent`, `lineage` (one conversation; default
 the agent) and `parent` (the `id` of this episode's chat completion whose tool call spawned it).
 
+Production (`harnessrl serve --registry`): with a `recorder` (a durable trace store) every episode,
+call and finish is committed before the response returns, `POST /v1/episodes/{id}/feedback` records
+a user's signal for a call, and sessions idle for `session_ttl` seconds are expired (failed, counted).
+The served policy can be swapped while requests run (`app.state.serving`, gateway/serving.py).
+
 The gateway knows the policy and episodes; it knows nothing about rewards or training.
 """
 
@@ -19,6 +24,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -36,12 +42,14 @@ from harnessrl.gateway.schema import (
     Demonstration,
     EpisodeCreate,
     EpisodeFinish,
+    FeedbackBody,
     FunctionCall,
     InputError,
     Message,
     NamedToolChoice,
     ToolCall,
 )
+from harnessrl.gateway.serving import EXPIRED, Recorder, Serving
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
@@ -66,16 +74,34 @@ def create_app(
     default_max_tokens: int = 512,
     finish_wait_seconds: float = 60.0,
     frozen: dict[str, Frozen] | None = None,
+    recorder: Recorder | None = None,
+    session_ttl: float | None = None,
+    background: Sequence[Callable[[FastAPI], Awaitable[None]]] = (),
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
     frozen = dict(frozen or {})
     if policy.name in frozen:
         raise ValueError(f"frozen model {policy.name!r} has the trainable policy's name")
-    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None)
+    store, serving = EpisodeStore(), Serving(policy)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        tasks = [asyncio.create_task(work(app)) for work in background]  # e.g. following a model registry
+        if session_ttl:
+            tasks.append(asyncio.create_task(_expire_sessions(store, recorder, session_ttl)))
+        yield
+        for task in tasks:
+            task.cancel()
+
+    app = FastAPI(title="harnessrl gateway", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # a JSON 413 (FastAPI's own is plain text)
-    store = EpisodeStore()
-    app.state.store, app.state.policy, app.state.frozen = store, policy, frozen
+    app.state.store, app.state.serving, app.state.frozen, app.state.recorder = store, serving, frozen, recorder
+
+    async def durably(write: Callable[[], object]) -> None:
+        """Commit to the recorder (when there is one) before the response that acknowledges it."""
+        if recorder is not None:
+            await asyncio.to_thread(write)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -132,11 +158,11 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": policy.name, "policy_version": policy.version}
+        return {"status": "ok", "model": serving.policy.name, "policy_version": serving.policy.version}
 
     @app.get("/v1/models")
     async def models(_: Caller = Depends(caller)) -> dict:
-        served = [(policy.name, "harnessrl"), *((name, "harnessrl-frozen") for name in frozen)]
+        served = [(serving.policy.name, "harnessrl"), *((name, "harnessrl-frozen") for name in frozen)]
         return {
             "object": "list",
             "data": [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in served],
@@ -146,6 +172,8 @@ def create_app(
     async def create_episode(body: EpisodeCreate | None = Body(default=None), _: Caller = Depends(admin)) -> dict:
         body = body or EpisodeCreate()
         record = store.create(body.task, body.agent, body.trainable)
+        policy = serving.policy
+        await durably(lambda: recorder.add_episode(record.episode, policy.name, policy.version))
         return {"id": record.episode.id, "api_key": record.api_key}
 
     @app.get("/v1/episodes")
@@ -153,8 +181,25 @@ def create_app(
         return {"data": [{"id": i, "status": store.get(i).episode.status} for i in store.ids()]}
 
     @app.get("/v1/episodes/{episode_id}")
-    async def get_episode(record: EpisodeRecord = Depends(episode_of)) -> Response:
-        return await _episode_response(record.episode)
+    async def get_episode(episode_id: str, who: Caller = Depends(caller)) -> Response:
+        if who.admin and store.get(episode_id) is None and recorder is not None:  # expired from memory
+            stored = await asyncio.to_thread(recorder.get, episode_id)
+            if stored is not None:
+                return await _episode_response(stored)
+        return await _episode_response((await episode_of(episode_id, who)).episode)
+
+    @app.post("/v1/episodes/{episode_id}/feedback")
+    async def feedback(episode_id: str, body: FeedbackBody, who: Caller = Depends(caller)) -> dict:
+        """A user's signal for one call, joined late (after finish, after expiry) and idempotently."""
+        if not who.admin and who.record.episode.id != episode_id:
+            raise APIError(403, "an episode key reaches only its own episode", code="forbidden")
+        if recorder is None:
+            raise APIError(409, "feedback needs a trace store: serve with --store or --registry", code="no_store")
+        try:
+            index = await asyncio.to_thread(recorder.add_feedback, episode_id, body.call, body.signal, body.value)
+        except ValueError as exc:  # StoreError: unknown episode or call
+            raise APIError(404, str(exc), param="call" if "call" in str(exc) else "id", code="not_found") from None
+        return {"episode": episode_id, "call": index, "signal": body.signal, "value": body.value}
 
     @app.delete("/v1/episodes/{episode_id}")
     async def delete_episode(episode_id: str, _: Caller = Depends(admin)) -> dict:
@@ -175,13 +220,18 @@ def create_app(
         update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
         finished = record.episode.model_copy(update=update)
         line = await asyncio.to_thread(finished.model_dump_json)
-        record.episode = finished
+        await durably(lambda: recorder.finish(finished))
+        record.episode, record.touched = finished, time.monotonic()
         return Response(line, media_type="application/json")
 
     @app.post("/v1/demonstrations")
     async def demonstrate(body: Demonstration, who: Caller = Depends(caller)) -> dict:
         """Record an expert's chosen reply as if the policy had sampled it (logprobs 0): SFT data
         built with exactly the prompts, template and token reuse of real rollouts."""
+        with serving.use() as policy:
+            return await demonstrated(policy, body, who)
+
+    async def demonstrated(policy: Policy, body: Demonstration, who: Caller) -> dict:
         record = who.record
         if record is None:
             raise APIError(400, "demonstrations are recorded into an episode: use its key", code="episode_key_required")
@@ -200,7 +250,11 @@ def create_app(
         ))  # fmt: skip
         record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity(), thread))
         response_id = "chatcmpl-" + secrets.token_hex(12)  # what a sub-agent it spawns names as its parent
-        record.responses[response_id] = len(record.episode.calls) - 1
+        index = record.responses[response_id] = len(record.episode.calls) - 1
+        await durably(
+            lambda: recorder.add_calls(record.episode.id, [(index, record.episode.calls[index], response_id)])
+        )
+        record.touched = time.monotonic()
         return {
             "id": response_id,
             "call": len(record.episode.calls) - 1,
@@ -216,7 +270,25 @@ def create_app(
         place = _place(body, record)
         served = frozen.get(body.model or "")
         if isinstance(served, Proxied):
-            return await _proxied(request, served, body, record, place)
+            first = len(record.episode.calls) if record else 0
+            response = await _proxied(request, served, body, record, place)
+            await persist(record, first, None, None)
+            return response
+        with serving.use() as policy:  # this request finishes on the policy it started on, whatever is promoted
+            return await complete(policy, served, place, body, request, record)
+
+    async def persist(record: EpisodeRecord | None, first: int, response_id: str | None, reflagged: int | None):
+        """Commit the calls from `first` on (and a held choice the agent went on from) before answering."""
+        if record is None:
+            return
+        calls = record.episode.calls
+        rows = [(i, calls[i], response_id) for i in range(first, len(calls))]
+        rows += [(reflagged, calls[reflagged], None)] if reflagged is not None else []
+        record.touched = time.monotonic()
+        if rows:
+            await durably(lambda: recorder.add_calls(record.episode.id, rows))
+
+    async def complete(policy: Policy, served, place: Place, body: ChatRequest, request: Request, record) -> Response:
         model = policy if served is None else served.policy
         if served is not None:
             place.model, place.trainable = body.model, False
@@ -252,9 +324,12 @@ def create_app(
                 record.in_flight -= 1
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
+        reflagged = None
         if record is not None and prompt.extends_call in record.held_choices:  # the agent kept this choice of n
-            record.episode.calls[prompt.extends_call].trainable = record.held_choices.pop(prompt.extends_call)
+            reflagged = prompt.extends_call
+            record.episode.calls[reflagged].trainable = record.held_choices.pop(reflagged)
         response_id = "chatcmpl-" + secrets.token_hex(12)
+        first = len(record.episode.calls) if record is not None else 0
         choices = []
         for index, completion in enumerate(completions):
             message, finish, error = _assistant_message(model, completion, forced, body)
@@ -274,6 +349,7 @@ def create_app(
                     Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity(), place.thread)
                 )
             choices.append(_choice(model, index, message, finish, completion if body.logprobs else None))
+        await persist(record, first, response_id, reflagged)
         completion_tokens = sum(len(c.ids) for c in completions)
         return JSONResponse({
             "id": response_id,
@@ -473,6 +549,25 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
             ]
         }
     return out
+
+
+async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: float) -> None:
+    """Every so often: episodes idle for `ttl` seconds with no call in flight are finished as failed
+    (EXPIRED), and with a recorder every episode idle that long leaves memory (the store keeps it)."""
+    while True:
+        await asyncio.sleep(min(ttl / 4, 30.0))
+        now = time.monotonic()
+        for episode_id in store.ids():
+            record = store.get(episode_id)
+            if record is None or record.in_flight or now - record.touched < ttl:
+                continue
+            if record.episode.status == "running":
+                record.episode = record.episode.model_copy(update={"status": "failed", "failure_reason": EXPIRED})
+                store.expired += 1
+                if recorder is not None:
+                    await asyncio.to_thread(recorder.finish, record.episode)
+            if recorder is not None:
+                store.delete(episode_id)
 
 
 async def _episode_response(episode) -> Response:

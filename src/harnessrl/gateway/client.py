@@ -74,6 +74,13 @@ class GatewayClient:
         }
         return Episode.model_validate(await self._request("POST", f"/v1/episodes/{episode_id}/finish", json=body))
 
+    async def feedback(
+        self, episode_id: str, signal: str, value: float | None = None, call: int | str | None = None
+    ) -> dict:
+        """A user's signal for a call of the episode (the last one by default); needs a server with a store."""
+        body = {"signal": signal, "value": value, "call": call}
+        return await self._request("POST", f"/v1/episodes/{episode_id}/feedback", json=body)
+
     async def delete(self, episode_id: str) -> None:
         await self._request("DELETE", f"/v1/episodes/{episode_id}")
 

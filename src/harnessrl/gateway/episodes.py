@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from harnessrl.gateway.prompts import Turn
@@ -21,12 +22,14 @@ class EpisodeRecord:
     held_choices: dict[int, bool] = field(default_factory=dict)
     responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
     lineage_parents: dict[str, int | None] = field(default_factory=dict)  # lineage -> the call that spawned it
+    touched: float = field(default_factory=time.monotonic)  # last activity; idle past the session TTL expires it
 
 
 class EpisodeStore:
     def __init__(self) -> None:
         self._by_id: dict[str, EpisodeRecord] = {}
         self._by_key: dict[str, EpisodeRecord] = {}
+        self.expired = 0  # sessions that sent no finish within the TTL
 
     def create(self, task: Task, agent: str = "main", trainable: bool = True) -> EpisodeRecord:
         record = EpisodeRecord(Episode(task=task), "hrl-ep-" + secrets.token_urlsafe(24), agent, trainable)

@@ -264,6 +264,24 @@ class EpisodeFinish(_Body):
     failure_reason: str | None = None
 
 
+class FeedbackBody(_Body):
+    """A user's response to a call: accepted, rejected, edited, a dissatisfied follow-up, or a scalar."""
+
+    call: int | str | None = Field(
+        default=None, description="the call: its index, the chat completion id the client got, or None for the last"
+    )
+    signal: Literal["accepted", "rejected", "edited", "dissatisfied", "scalar"]
+    value: float | None = Field(default=None, ge=-1.0, le=1.0, description="the score of a `scalar` signal, -1..1")
+
+    @model_validator(mode="after")
+    def _value_for_scalar(self) -> FeedbackBody:
+        if (self.signal == "scalar") != (self.value is not None):
+            raise ValueError("value is given with signal 'scalar' and only with it")
+        if isinstance(self.call, int) and self.call < 0:
+            raise ValueError("call: an index is 0 or more")
+        return self
+
+
 def _canonical_json(text: str) -> str:
     """The arguments in one canonical form; text that does not parse (or is hostile: 5,000-digit numbers,
     nesting that exhausts the recursion limit) compares as itself."""

@@ -5,6 +5,7 @@ shows (0 = not at all), used as a negatively weighted, flagged term (`detector_t
 |---|---|
 | malformed_tool_calls | broken tool calls emitted to dodge a task expected to fail (Cursor) |
 | abstention | answering nothing, "I don't know", or a clarifying question instead of acting (Cursor) |
+| clarifying_question | a final answer that is a question back (Cursor's deferral hack; a production-loop canary) |
 | repetition | degenerate loops of the same n-grams |
 | answer_stuffing | returning many documents to game recall: precision below a floor |
 | effort_penalty | turn and length farming: Composer 2's concave C(x) = ((1 + kx)^(1 - q) - 1) / (k (1 - q)) |
@@ -30,6 +31,11 @@ _ABSTAIN = re.compile(
     r"|what do you mean|need more (information|details|context))\b",
     re.I,
 )
+_CLARIFY = re.compile(
+    r"\b(could you (clarify|specify)|can you (clarify|specify|tell me more)|please (clarify|specify)"
+    r"|what do you mean|which (one|do you mean))\b",
+    re.I,
+)
 _TEST_PATH = re.compile(
     r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|\.ci/|noxfile\.py$)"
 )
@@ -52,6 +58,12 @@ def abstention(episode: Episode) -> float:
     if not text:
         return 1.0
     return 1.0 if _ABSTAIN.search(text) or text.endswith("?") else 0.0
+
+
+def clarifying_question(episode: Episode) -> float:
+    """1 when the final answer is a question back to the user ("Which city do you mean?")."""
+    text = ((episode.outcome.answer if episode.outcome else None) or "").strip()
+    return 1.0 if text and (text.endswith("?") or _CLARIFY.search(text)) else 0.0
 
 
 def repetition(episode: Episode, n: int = 4, threshold: float = 0.5) -> float:

@@ -33,12 +33,12 @@ def save_checkpoint(root: Path, number: int, write_model, state: dict[str, Any],
     tmp.mkdir()
     write_model(tmp)
     torch.save(state, tmp / STATE_FILE)
-    _fsync_dir(tmp)
+    fsync_tree(tmp)
     if final.exists():  # the same number again (a resumed run): keep the old one until the new one is in place
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(final, aside)
     os.replace(tmp, final)
-    _write_atomic(root / "latest", final.name)
+    write_atomic(root / "latest", final.name)
     shutil.rmtree(aside, ignore_errors=True)
     for old in _complete(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -63,7 +63,7 @@ def load_state(path: Path) -> dict[str, Any]:
     return torch.load(path / STATE_FILE, weights_only=False)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
@@ -72,7 +72,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_tree(folder: Path) -> None:
     for file in folder.rglob("*"):
         if file.is_file():
             with open(file, "rb") as f:

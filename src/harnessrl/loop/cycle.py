@@ -1,0 +1,250 @@
+"""One production training cycle: traffic since the last cycle -> reward -> candidate -> gate -> decision.
+
+    harnessrl cycle loop.yaml --once | --every 5h
+
+1. the window: episodes created since the previous cycle's window ended, up to `feedback_wait`
+   seconds ago (late feedback has that long to arrive); sessions idle past the TTL are expired first;
+2. reward from feedback (loop/feedback.py); unlabelled, unfinished and expired episodes are counted;
+3. episodes some of whose calls another version sampled are refused (`stale: refuse`) or kept
+   (`stale: correct`: the loss's importance ratio against the recorded sampled logprobs corrects
+   them), and their share is reported;
+4. a candidate trained from the promoted version (`updates` policy-gradient steps on shuffled
+   chunks of the labelled episodes, baseline = the chunk's mean reward);
+5. the gate (loop/gate.py) on the domain benchmark; the candidate becomes version N+1 with its
+   figures and decision, and is promoted when the gate passes.
+
+Every cycle, run or skipped, appends one `cycle` line to the registry's events.jsonl. A crash
+before that line leaves the window unconsumed and PROMOTED unchanged: the next cycle redoes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from harnessrl.gateway.serving import EXPIRED
+from harnessrl.loop.feedback import FeedbackMap, feedback_reward
+from harnessrl.loop.gate import GateConfig, decide, run_benchmark
+from harnessrl.loop.registry import Registry, VersionInfo
+from harnessrl.loop.store import Store
+from harnessrl.policy import Policy
+from harnessrl.train import TrainConfig, Trainer, lora_for
+from harnessrl.types import Episode, Task, read_jsonl
+
+
+class BenchmarkConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tasks: Path = Field(description="Task JSONL: the held-out items candidate and current both run")
+    score: str = Field(description="MODULE:FUNCTION, (Episode) -> float in [0, 1]: the preference metric")
+
+
+class LoopConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    registry: Path = Field(description="the registry folder (harnessrl registry DIR --create NAME --model M)")
+    store: str | None = Field(default=None, description="SQLAlchemy URL or SQLite path; default REGISTRY/traces.db")
+    harness: str = Field(description="MODULE:FUNCTION, async (task, llm) -> Outcome: the agent the benchmark runs")
+    benchmark: BenchmarkConfig
+    feedback: FeedbackMap = Field(default_factory=FeedbackMap)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4))
+    updates: int = Field(default=4, ge=1, description="policy-gradient steps per cycle")
+    min_episodes: int = Field(default=16, ge=2, description="fewer labelled episodes: the cycle is skipped")
+    stale: Literal["refuse", "correct"] = Field(
+        default="refuse", description="episodes sampled by another version: refused, or importance-corrected"
+    )
+    feedback_wait: float = Field(default=600.0, ge=0, description="seconds late feedback has before a window closes")
+    session_ttl: float = Field(default=3600.0, gt=0, description="idle seconds before a session is expired")
+    _base: Path = PrivateAttr(default_factory=Path.cwd)  # the config's folder: relative paths and imports
+
+    @classmethod
+    def load(cls, path: Path) -> LoopConfig:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+            config = cls.model_validate(data)
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        base = Path(path).resolve().parent  # relative paths are the config's
+        config.registry = base / config.registry
+        config.benchmark.tasks = base / config.benchmark.tasks
+        if config.store is None:
+            config.store = str(config.registry / "traces.db")
+        elif "://" not in config.store:
+            config.store = str(base / config.store)
+        config._base = base
+        return config
+
+    def imported(self, spec: str):
+        """MODULE:NAME (importable from the config's folder too) or FILE.py:NAME (relative to the config)."""
+        module, _, name = spec.partition(":")
+        try:
+            if module.endswith(".py"):
+                path = self._base / module
+                loaded = importlib.util.spec_from_file_location(path.stem, path)
+                if loaded is None or not path.is_file():
+                    raise ImportError(f"no file {path}")
+                sys.path.insert(0, str(path.parent))  # its own imports of neighbours
+                code = importlib.util.module_from_spec(loaded)
+                loaded.loader.exec_module(code)
+                return getattr(code, name)
+            if str(self._base) not in sys.path:
+                sys.path.insert(0, str(self._base))
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, OSError) as exc:
+            raise ValueError(f"{spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+def window_start(registry: Registry) -> float:
+    """Where the previous consumed window ended (0: the registry's first cycle)."""
+    ends = [e["data_window"]["until"] for e in registry.events() if e["event"] == "cycle" and e.get("data_window")]
+    return max(ends, default=0.0)
+
+
+def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: float | None = None) -> dict:
+    """One cycle; returns its event (also appended to events.jsonl). `candidate_folder`: gate a
+    candidate trained elsewhere instead of training one (a Hugging Face folder)."""
+    registry = Registry(config.registry)
+    with registry.lock():
+        cleaned = registry.clean_staging()
+        current = registry.promoted()
+        if current is None:
+            raise ValueError(f"{registry.root}: nothing promoted yet (harnessrl promote VERSION)")
+        number = registry.info(current).number
+        store = Store(config.store)
+        try:
+            event = _cycle(config, registry, store, current, number, candidate_folder, now or time.time())
+        finally:
+            store.close()
+        event["cleaned_staging"] = cleaned
+        registry.log("cycle", **event)
+        if event["decision"].get("promote"):
+            registry.promote(event["version"], reason="gate passed", cycle=True)
+        return event
+
+
+def _cycle(config, registry, store, current, number, candidate_folder, now) -> dict:
+    # the window
+    since, until = window_start(registry), now - config.feedback_wait
+    expired_now = len(store.expire(config.session_ttl, now))
+    rows = store.episodes(since, until, model=registry.name)
+    counts = {
+        "episodes": len(rows),
+        "expired": sum(r.episode.failure_reason == EXPIRED for r in rows),
+        "expired_this_cycle": expired_now,
+        "unfinished": sum(r.episode.status == "running" for r in rows),
+        "failed": sum(r.episode.status == "failed" and r.episode.failure_reason != EXPIRED for r in rows),
+    }
+    # reward
+    labelled: list[Episode] = []
+    unlabelled = stale = 0
+    for row in rows:
+        if row.episode.status != "finished":
+            continue
+        reward = feedback_reward(row, config.feedback)
+        if reward is None:
+            unlabelled += 1
+            continue
+        versions = {c.policy_version for c in row.episode.calls if c.trainable}
+        if versions - {number}:
+            stale += 1
+            if config.stale == "refuse":
+                continue
+        labelled.append(row.episode.model_copy(update={"reward": reward}))
+    finished = sum(r.episode.status == "finished" for r in rows)
+    counts |= {"finished": finished, "unlabelled": unlabelled, "stale": stale, "labelled_used": len(labelled)}
+    counts["off_policy_share"] = round(stale / max(finished - unlabelled, 1), 4)
+    rewards = [e.reward.total for e in labelled]
+    figures = {
+        "counts": counts,
+        "reward_mean": round(sum(rewards) / len(rewards), 4) if rewards else None,
+        "feedback_map": config.feedback.version,
+        "stale_policy": config.stale,
+    }
+    window = {"since": since, "until": until}
+    if candidate_folder is None and len(labelled) < config.min_episodes:  # the window stays open for the next cycle
+        decision = {"promote": False, "skipped": True, "reasons": [f"{len(labelled)} labelled < {config.min_episodes}"]}
+        return {"version": None, "parent": current, "data_window": None, "figures": figures, "decision": decision}
+    # the candidate
+    harness, score = config.imported(config.harness), config.imported(config.benchmark.score)
+    items = read_jsonl(config.benchmark.tasks, Task)
+    started = time.perf_counter()
+    candidate = registry.load(current) if candidate_folder is None else _external(registry, candidate_folder)
+    trainer = None
+    try:
+        if candidate_folder is None:
+            trainer, train_metrics = _train(candidate, labelled, config)
+            figures["train"] = train_metrics
+        figures["train_seconds"] = round(time.perf_counter() - started, 1)
+        baseline = registry.load(current)
+        try:
+            sides = asyncio.run(_both(candidate, baseline, harness, items, score, config))
+        finally:
+            baseline.close()
+    finally:
+        candidate.close()
+    decision = decide(*sides, config.gate)
+    figures["eval_seconds"] = round(time.perf_counter() - started - figures["train_seconds"], 1)
+    next_number = registry.next_number()
+    info = VersionInfo(
+        id=f"{registry.name}@v{next_number}",
+        number=next_number,
+        parent=current,
+        source=str(candidate_folder) if candidate_folder else None,
+        data_window=window if candidate_folder is None else None,
+        figures=figures,
+        decision=decision,
+    )
+    registry.add(trainer.write_model if trainer else _copier(candidate_folder), info)
+    consumed = window if candidate_folder is None else None
+    return {"version": info.id, "parent": current, "data_window": consumed, "figures": figures, "decision": decision}
+
+
+def _train(policy: Policy, episodes: list[Episode], config: LoopConfig) -> tuple[Trainer, list[dict]]:
+    train = config.train.model_copy(update={"lora": config.train.lora or lora_for(policy.model)})
+    trainer = Trainer(policy.model, policy.tokenizer, train, policy=policy)
+    rng = random.Random(train.seed)
+    order = episodes[:]
+    rng.shuffle(order)
+    size = max(2, len(order) // config.updates)
+    metrics = []
+    for start in range(0, size * config.updates, size):
+        chunk = order[start : start + size] or rng.sample(order, size)
+        m = trainer.rl_step([chunk])
+        metrics.append({k: round(v, 4) for k, v in m.items() if k.startswith(("loss/", "reward/", "rollout/"))})
+    return trainer, metrics
+
+
+async def _both(candidate, current, harness, items, score, config):
+    """Candidate first, then current, on the same items (one at a time: two CPU-bound models at once only contend)."""
+    cand = await run_benchmark(candidate, harness, items, score, config.gate)
+    cur = await run_benchmark(current, harness, items, score, config.gate)
+    return cand, cur
+
+
+def _external(registry: Registry, folder: Path) -> Policy:
+    from harnessrl.policy.model import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(str(folder))
+    return Policy(model, tokenizer, registry.name)
+
+
+def _copier(folder: Path):
+    import shutil
+
+    def copy(target: Path) -> None:
+        for item in Path(folder).iterdir():
+            if item.name != "version.json":
+                (shutil.copytree if item.is_dir() else shutil.copy2)(item, target / item.name)
+
+    return copy

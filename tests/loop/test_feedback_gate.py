@@ -1,0 +1,51 @@
+"""Reward from feedback (penalties never filtered out) and the gate's pure decision, by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnessrl.loop.feedback import FeedbackMap, feedback_reward
+from harnessrl.loop.gate import GateConfig, Side, decide, paired_lower_bound
+from harnessrl.loop.store import Feedback, StoredEpisode
+from harnessrl.types import Call, Episode, Outcome
+
+
+def _stored(answer: str = "sunny", signals=(), malformed: bool = False) -> StoredEpisode:
+    call = Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[-1.0], policy_version=1,
+                tool_call_error="bad JSON" if malformed else None)  # fmt: skip
+    episode = Episode(calls=[call, call.model_copy(update={"tool_call_error": None})], outcome=Outcome(answer=answer))
+    feedback = [Feedback(0, s, v, 0.0) for s, v in signals]
+    return StoredEpisode(episode, "weather", 1, 0.0, feedback)
+
+
+def test_signals_map_to_reward_and_hacks_are_priced():
+    mapping = FeedbackMap()
+    assert feedback_reward(_stored(), mapping) is None  # unlabelled: counted by the cycle, not trained on
+    reward = feedback_reward(_stored(signals=[("accepted", None), ("scalar", -0.5)]), mapping)
+    assert reward.total == pytest.approx((1.0 - 0.5) / 2) and reward.flags == []
+    broken = feedback_reward(_stored(malformed=True), mapping)  # no feedback, yet labelled: never filtered out
+    assert broken.total == pytest.approx(-1.0 * 0.5) and broken.flags == ["malformed_tool_call"]
+    deferred = feedback_reward(_stored(answer="Which city do you mean?", signals=[("accepted", None)]), mapping)
+    assert deferred.total == pytest.approx(1.0 - 0.5) and deferred.flags == ["clarifying_question"]
+
+
+def test_paired_lower_bound():
+    assert paired_lower_bound([0.2] * 10, 0.9, 500) == pytest.approx(0.2)
+    spread = [-1.0, 1.0] * 10
+    assert paired_lower_bound(spread, 0.9, 2000) < 0 < paired_lower_bound([x + 0.5 for x in spread], 0.9, 2000) + 0.5
+
+
+def _side(scores, validity=1.0, clarifying=0.0, tokens=10.0) -> Side:
+    return Side(dict(enumerate(scores)), validity, clarifying, tokens)
+
+
+def test_the_gate_needs_the_bound_and_every_canary():
+    config = GateConfig(margin=0.05)
+    current = _side([0.5, 0.6, 0.4, 0.5])
+    assert decide(_side([0.6, 0.7, 0.5, 0.6]), current, config)["promote"]
+    worse = decide(_side([0.1, 0.2, 0.0, 0.1]), current, config)
+    assert not worse["promote"] and "paired lower bound" in worse["reasons"][0]
+    hack = decide(_side([0.6, 0.7, 0.5, 0.6], clarifying=0.5), current, config)
+    assert hack["reasons"] == ["canary clarifying_rate failed"]
+    broken = decide(_side([0.6, 0.7, 0.5, 0.6], validity=0.8, tokens=40.0), current, config)
+    assert broken["reasons"] == ["canary tool_call_validity failed", "canary response_length failed"]

@@ -1,0 +1,63 @@
+"""`harnessrl ingest`: every line validated, bad ones quarantined with line and reason, re-runs idempotent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+GOOD = {
+    "messages": [
+        {"role": "system", "content": "You answer weather questions."},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Oslo: sunny, 21 C"},
+    ],
+    "outcome": {"answer": "Oslo: sunny, 21 C", "success": True},
+    "feedback": {"signal": "accepted"},
+}
+
+
+def _lines() -> list[bytes]:
+    replay = {"messages": [{"role": "user", "content": "Weather in Lima?"}], "id": "prod-17"}
+    return [
+        json.dumps(GOOD).encode(),
+        json.dumps(replay).encode(),
+        b"",  # 3: empty
+        b'{"messages": [{"role": "wizard", "content": "hi"}]}',  # 4: bad role
+        json.dumps({"messages": [{"role": "system", "content": "x"}]}).encode(),  # 5: no user message
+        b"[1, 2]",  # 6: not an object
+        b"\xff\xfe not utf-8",  # 7
+        json.dumps({**GOOD, "feedback": {"signal": "scalar"}}).encode(),  # 8: scalar without value
+        json.dumps(GOOD).encode(),  # 9: a duplicate of line 1
+        json.dumps({**GOOD, "extra": 1}).encode(),  # 10: unknown key
+        json.dumps(GOOD)[:40].encode(),  # 11: truncated (a crashed writer)
+    ]
+
+
+def _ingest(tmp_path, *extra: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "harnessrl", "ingest", str(tmp_path / "traces.jsonl"),
+         "--store", str(tmp_path / "t.db"), *extra],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_ingest_counts_quarantines_and_is_idempotent(tmp_path):
+    (tmp_path / "traces.jsonl").write_bytes(b"\n".join(_lines()))
+    first = _ingest(tmp_path, "--tasks", str(tmp_path / "tasks.jsonl"), "--sft", str(tmp_path / "sft.jsonl"))
+    assert first == {"lines": 11, "imported": 3, "quarantined": 8, "duplicates": 1}
+    bad = [json.loads(line) for line in (tmp_path / "traces.jsonl.quarantine.jsonl").read_text().splitlines()]
+    reasons = {b["line"]: b["reason"] for b in bad}
+    assert sorted(reasons) == [3, 4, 5, 6, 7, 8, 10, 11]
+    assert reasons[3] == "empty line" and reasons[4].startswith("messages.0.role")
+    assert "no user message" in reasons[5] and "not UTF-8" in reasons[7] and "value" in reasons[8]
+    assert "extra" in reasons[10] and reasons[11].startswith("not JSON")
+    tasks = [json.loads(line) for line in (tmp_path / "tasks.jsonl").read_text().splitlines()]
+    assert [t["prompt"] for t in tasks] == ["Weather in Oslo?", "Weather in Lima?"]
+    assert tasks[0]["data"]["reply"]["content"] == "Oslo: sunny, 21 C" and tasks[1]["data"]["trace_id"] == "prod-17"
+    (demo,) = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert demo["reply"]["role"] == "assistant" and demo["messages"][-1]["role"] == "user"
+    again = _ingest(tmp_path)
+    assert again == {"lines": 11, "imported": 3, "quarantined": 8, "duplicates": 3}
+    assert len((tmp_path / "traces.jsonl.quarantine.jsonl").read_text().splitlines()) == 8  # rewritten, not appended

@@ -1,0 +1,68 @@
+"""The model registry: immutable versions, atomic promote, rollback history, crash leftovers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harnessrl.loop.registry import Registry, RegistryError, VersionInfo
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    reg = Registry.create(tmp_path_factory.mktemp("reg") / "registry", "weather")
+    for seed in (0, 1, 2):
+        reg.add_model("tiny", seed)
+    return reg
+
+
+def test_versions_are_numbered_and_load_with_their_number(registry):
+    assert [v.id for v in registry.versions()] == ["weather@v1", "weather@v2", "weather@v3"]
+    assert registry.resolve("2") == registry.resolve("v2") == "weather@v2"
+    policy = registry.load("v3")
+    assert policy.name == "weather" and policy.version == 3
+    policy.close()
+    with pytest.raises(RegistryError, match="expected weather@vN"):
+        registry.resolve("other@v1")
+    with pytest.raises(RegistryError, match=r"no version 'weather@v9' .*versions: weather@v1"):
+        registry.info("v9")
+
+
+def test_promote_and_rollback_walk_the_history(registry):
+    assert registry.promoted() is None
+    registry.promote("v1", reason="first")
+    registry.promote("v2", reason="x")
+    registry.promote("v3", reason="y")
+    assert registry.rollback() == ("weather@v3", "weather@v2")
+    assert registry.rollback() == ("weather@v2", "weather@v1")
+    with pytest.raises(RegistryError, match="nothing to roll back to"):
+        registry.rollback()
+    assert registry.promoted() == "weather@v1"
+    kinds = [e["event"] for e in registry.events()]
+    assert kinds == ["promote", "promote", "promote", "rollback", "rollback"]
+
+
+def test_versions_are_immutable_and_staging_is_cleaned(registry):
+    info = VersionInfo(id="weather@v2", number=2)
+    with pytest.raises(RegistryError, match="immutable"):
+        registry.add(lambda folder: (folder / "config.json").write_text("{}"), info)
+    assert registry.clean_staging() == [".staging-weather@v2"]  # what the refused write left
+    assert not list(registry.root.glob(".staging-*"))
+
+
+def test_a_torn_event_line_is_skipped(registry):
+    with open(registry.root / "events.jsonl", "a") as f:
+        f.write('{"event": "promote", "vers')
+    assert registry.events()[-1]["event"] == "rollback"
+    lines = (registry.root / "events.jsonl").read_text().splitlines()
+    (registry.root / "events.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    assert json.loads(lines[0])["event"] == "promote"
+
+
+def test_a_registry_needs_its_file(tmp_path):
+    with pytest.raises(RegistryError, match="not a registry"):
+        Registry(tmp_path)
+    Registry.create(tmp_path / "r", "a")
+    with pytest.raises(RegistryError, match="already a registry of 'a'"):
+        Registry.create(tmp_path / "r", "b")

@@ -1,0 +1,192 @@
+"""A real `harnessrl serve` on 127.0.0.1: durable before acknowledged (SIGKILL under a burst), promotion
+and rollback under load with no failed request, session expiry, and the feedback route."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from harnessrl.gateway.serving import EXPIRED
+from harnessrl.loop.registry import Registry
+from harnessrl.loop.store import Store
+
+ADMIN = "loop-test-admin-key"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(*args: str) -> tuple[subprocess.Popen, str]:
+    port = _port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "harnessrl", "serve", "--port", str(port), "--admin-key", ADMIN,
+         "--log-level", "warning", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/health", timeout=1)
+            return server, url
+        except httpx.HTTPError:
+            assert server.poll() is None, "the server exited"
+            time.sleep(0.2)
+    server.kill()
+    raise RuntimeError("the server did not come up")
+
+
+def _episode(url: str) -> tuple[str, str]:
+    data = httpx.post(url + "/v1/episodes", headers={"Authorization": f"Bearer {ADMIN}"}, json={}).json()
+    return data["id"], data["api_key"]
+
+
+def _chat(client: httpx.Client, key: str) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return client.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+class Burst:
+    """Threads sending chat calls, each on its own episode, until stopped; every answer is kept."""
+
+    def __init__(self, url: str, threads: int = 6):
+        self.url, self.acked, self.failed, self.stop = url, [], [], threading.Event()
+        self.workers = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url) as client:
+            while not self.stop.is_set():
+                try:
+                    _, key = _episode(self.url)
+                    response = _chat(client, key)
+                except httpx.HTTPError as exc:
+                    self.failed.append(repr(exc))
+                    continue
+                if response.status_code == 200:
+                    self.acked.append(response.json())
+                else:
+                    self.failed.append(f"{response.status_code} {response.text[:200]}")
+
+    def __enter__(self) -> Burst:
+        for w in self.workers:
+            w.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        for w in self.workers:
+            w.join(60)
+
+
+def test_every_acknowledged_call_survives_a_sigkill(tmp_path):
+    server, url = _serve("--model", "tiny", "--store", str(tmp_path / "t.db"))
+    with Burst(url) as burst:
+        while len(burst.acked) < 40:
+            time.sleep(0.05)
+        os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    stored = Store(tmp_path / "t.db").response_ids()
+    acked = {r["id"] for r in burst.acked}
+    assert len(acked) >= 40 and acked <= stored, f"acknowledged but lost: {sorted(acked - stored)[:5]}"
+
+
+def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
+    registry = Registry.create(tmp_path / "registry", "weather")
+    for seed in (0, 1):
+        registry.add_model("tiny", seed)
+    registry.promote("v1", reason="start")
+    server, url = _serve("--registry", str(registry.root))
+    try:
+        with Burst(url) as burst:
+            while len(burst.acked) < 20:
+                time.sleep(0.05)
+            done = subprocess.run(
+                [sys.executable, "-m", "harnessrl", "promote", "v2", "--registry", str(registry.root)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            promoted_at = time.monotonic()
+            assert json.loads(done.stdout.splitlines()[-1]) == {"promoted": "weather@v2", "previous": "weather@v1"}
+            while not any(r["system_fingerprint"] == "policy-v2" for r in burst.acked[-6:]):
+                time.sleep(0.01)
+            switch = time.monotonic() - promoted_at
+            settled = len(burst.acked)
+            while len(burst.acked) < settled + 20:
+                time.sleep(0.05)
+        assert burst.failed == []
+        print(f"switch seconds: {switch:.3f}")
+        assert switch < 10  # the figure is reported by examples/production/run_loop.py; here: it does switch
+        late = burst.acked[settled + 6 :]
+        assert late and all(r["system_fingerprint"] == "policy-v2" for r in late)
+        rolled = subprocess.run(
+            [sys.executable, "-m", "harnessrl", "rollback", "--registry", str(registry.root)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert json.loads(rolled.stdout.splitlines()[-1])["promoted"] == "weather@v1"
+        deadline = time.monotonic() + 30
+        while httpx.get(url + "/health").json()["policy_version"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(url + "/health").json()["policy_version"] == 1
+    finally:
+        server.terminate()
+        server.wait(30)
+    # every call recorded the version that served it
+    store = Store(registry.root / "traces.db")
+    versions = {c.policy_version for r in store.episodes() for c in r.episode.calls}
+    by_id = {r["id"]: int(r["system_fingerprint"].removeprefix("policy-v")) for r in burst.acked}
+    stored = {rid: None for rid in store.response_ids()}
+    assert versions == {1, 2} and set(by_id) <= set(stored)
+
+
+def test_sessions_expire_and_feedback_joins_late(tmp_path):
+    server, url = _serve("--model", "tiny", "--store", str(tmp_path / "t.db"), "--session-ttl", "1")
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    try:
+        episode_id, key = _episode(url)
+        with httpx.Client(base_url=url) as client:
+            reply = _chat(client, key).json()
+        time.sleep(2.0)
+        expired = httpx.get(f"{url}/v1/episodes/{episode_id}", headers=admin).json()
+        assert expired["status"] == "failed" and expired["failure_reason"] == EXPIRED
+        ok = httpx.post(f"{url}/v1/episodes/{episode_id}/feedback", headers=admin,
+                        json={"call": reply["id"], "signal": "accepted"})  # fmt: skip
+        assert ok.status_code == 200 and ok.json()["call"] == 0
+        again = httpx.post(f"{url}/v1/episodes/{episode_id}/feedback", headers=admin, json={"signal": "accepted"})
+        assert again.json() == ok.json()
+        bad = httpx.post(f"{url}/v1/episodes/{episode_id}/feedback", headers=admin, json={"signal": "loved"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "signal"
+        scalar = httpx.post(f"{url}/v1/episodes/{episode_id}/feedback", headers=admin, json={"signal": "scalar"})
+        assert scalar.status_code == 400 and "value" in scalar.json()["error"]["message"]
+        missing = httpx.post(f"{url}/v1/episodes/nope/feedback", headers=admin, json={"signal": "accepted"})
+        assert missing.status_code == 404
+        out_of_range = httpx.post(f"{url}/v1/episodes/{episode_id}/feedback", headers=admin,
+                                  json={"call": 5, "signal": "accepted"})  # fmt: skip
+        assert out_of_range.status_code == 404 and out_of_range.json()["error"]["param"] == "call"
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+@pytest.mark.asyncio
+async def test_feedback_without_a_store_says_so():
+    from harnessrl.gateway import GatewayClient, GatewayError, create_app
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
+    episode_id, _ = await gateway.create_episode()
+    with pytest.raises(GatewayError, match="409 .*needs a trace store"):
+        await gateway.feedback(episode_id, "accepted")
+    await gateway.aclose()
+    policy.close()

@@ -1,0 +1,91 @@
+"""The trace store against SQLite and a real PostgreSQL: round trip, idempotent late feedback, expiry, windows."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harnessrl.gateway.serving import EXPIRED
+from harnessrl.loop.store import Store, StoreError
+from harnessrl.types import Call, Episode, Outcome, Task
+
+
+def _call(version: int, n: int = 3) -> Call:
+    return Call(
+        prompt_ids=[1, 2, 3], completion_ids=list(range(n)), sampled_logprobs=[-0.5] * n, policy_version=version
+    )
+
+
+def _episode(store: Store, calls: int = 2, version: int = 1) -> Episode:
+    episode = Episode(task=Task(prompt="q", data={"city": "Oslo"}))
+    store.add_episode(episode, "weather", version)
+    store.add_calls(episode.id, [(i, _call(version, i + 2), f"chatcmpl-{episode.id[:6]}-{i}") for i in range(calls)])
+    return episode
+
+
+def test_round_trip_is_token_exact(store_url):
+    store = Store(store_url)
+    episode = _episode(store)
+    finished = episode.model_copy(update={"status": "finished", "outcome": Outcome(answer="sunny")})
+    store.finish(finished)
+    (row,) = store.episodes(model="weather")
+    assert row.episode.status == "finished" and row.episode.outcome.answer == "sunny"
+    assert [c.completion_ids for c in row.episode.calls] == [[0, 1], [0, 1, 2]]
+    assert row.episode.calls[1].sampled_logprobs == [-0.5] * 3 and row.policy_version == 1
+    assert store.get(episode.id).task.data == {"city": "Oslo"}
+    assert store.episodes(model="other") == []
+    store.close()
+
+
+def test_feedback_is_idempotent_and_joined_by_call(store_url):
+    store = Store(store_url)
+    episode = _episode(store, calls=3)
+    assert store.add_feedback(episode.id, None, "accepted", None) == 2  # None: the last call
+    assert store.add_feedback(episode.id, None, "accepted", None) == 2  # again: nothing changes
+    assert store.add_feedback(episode.id, f"chatcmpl-{episode.id[:6]}-0", "scalar", 0.5) == 0  # by response id
+    store.add_feedback(episode.id, 2, "rejected", None)  # a later signal for the same call replaces it
+    (row,) = store.episodes()
+    assert sorted((f.call_index, f.signal, f.value) for f in row.feedback) == [
+        (0, "scalar", 0.5),
+        (2, "rejected", None),
+    ]
+    with pytest.raises(StoreError, match="call: episode .* has calls 0..2, not 7"):
+        store.add_feedback(episode.id, 7, "accepted", None)
+    with pytest.raises(StoreError, match="no chat completion 'chatcmpl-nope'"):
+        store.add_feedback(episode.id, "chatcmpl-nope", "accepted", None)
+    with pytest.raises(StoreError, match="no episode 'missing'"):
+        store.add_feedback("missing", None, "accepted", None)
+    store.close()
+
+
+def test_a_rerecorded_call_keeps_its_response_id(store_url):
+    store = Store(store_url)
+    episode = _episode(store, calls=1)
+    changed = _call(1, 2).model_copy(update={"trainable": False})
+    store.add_calls(episode.id, [(0, changed, None)])
+    assert store.get(episode.id).calls[0].trainable is False
+    assert store.add_feedback(episode.id, f"chatcmpl-{episode.id[:6]}-0", "accepted", None) == 0
+    store.close()
+
+
+def test_idle_sessions_expire_and_windows_select_by_creation(store_url):
+    store = Store(store_url)
+    old = _episode(store)
+    cut = time.time()
+    time.sleep(0.05)
+    new = _episode(store)
+    assert store.expire(ttl_seconds=3600) == []
+    assert sorted(store.expire(ttl_seconds=0.0, now=time.time() + 1)) == sorted([old.id, new.id])
+    assert {r.episode.failure_reason for r in store.episodes()} == {EXPIRED}
+    assert [r.episode.id for r in store.episodes(since=cut)] == [new.id]
+    assert [r.episode.id for r in store.episodes(until=cut)] == [old.id]
+    store.close()
+
+
+def test_plain_paths_are_sqlite(tmp_path):
+    store = Store(tmp_path / "sub" / "t.db")
+    assert store.url.startswith("sqlite:///") and (tmp_path / "sub" / "t.db").is_file()
+    with store.engine.connect() as db:
+        assert db.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    store.close()
