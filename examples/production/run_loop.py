@@ -1,6 +1,6 @@
 """The production loop end to end, with the commands a team runs, on the CPU with tiny-base.
 
-    python examples/production/run_loop.py [--out runs/production] [--users 160] [--cycles 2]
+    python examples/production/run_loop.py [--out runs/production] [--users 160] [--cycles 2] [--repeats 4] [--items 24]
 
 1. `harnessrl registry OUT/registry --create weather --model tiny-base` (v1, promoted);
 2. `harnessrl serve --registry OUT/registry` in a subprocess (a real server on 127.0.0.1);
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--model", default="tiny-base")
     parser.add_argument("--repeats", type=int, default=4, help="benchmark episodes per held-out item and policy")
+    parser.add_argument("--items", type=int, default=24, help="held-out benchmark items (of benchmark.jsonl's 24)")
     args = parser.parse_args()
     started = time.perf_counter()
     out = args.out.resolve()
@@ -141,7 +142,9 @@ def main() -> None:
     registry = out / "registry"
     config = yaml.safe_load((HERE / "loop.yaml").read_text())
     config.update(registry=str(registry), harness=str(HERE / "shop.py") + ":harness")
-    config["benchmark"] = {"tasks": str(HERE / "benchmark.jsonl"), "score": str(HERE / "shop.py") + ":preference"}
+    items = (HERE / "benchmark.jsonl").read_text().splitlines()[: args.items]
+    (out / "benchmark.jsonl").write_text("\n".join(items) + "\n")
+    config["benchmark"] = {"tasks": str(out / "benchmark.jsonl"), "score": str(HERE / "shop.py") + ":preference"}
     config["gate"]["repeats"] = args.repeats
     (out / "loop.yaml").write_text(yaml.safe_dump(config))
 

@@ -48,7 +48,7 @@ def _config(tmp_path: Path, registry: Registry) -> Path:
         "harness": f"{EXAMPLE / 'shop.py'}:harness",
         "benchmark": {"tasks": "bench.jsonl", "score": f"{EXAMPLE / 'shop.py'}:preference"},
         "gate": {"repeats": 1, "margin": 1.0},
-        "updates": 2,
+        "batch_episodes": 5,
         "min_episodes": 4,
         "feedback_wait": 0,
     }

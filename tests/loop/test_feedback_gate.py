@@ -49,3 +49,29 @@ def test_the_gate_needs_the_bound_and_every_canary():
     assert hack["reasons"] == ["canary clarifying_rate failed"]
     broken = decide(_side([0.6, 0.7, 0.5, 0.6], validity=0.8, tokens=40.0), current, config)
     assert broken["reasons"] == ["canary tool_call_validity failed", "canary response_length failed"]
+
+
+def test_stale_samples_are_refused_or_kept_and_every_episode_is_counted(tmp_path):
+    from harnessrl.loop.cycle import BenchmarkConfig, LoopConfig, collect
+    from harnessrl.loop.store import Store
+
+    store = Store(tmp_path / "t.db")
+    for version, signal, status in [(2, "accepted", "finished"), (2, None, "finished"), (1, "rejected", "finished"),
+                                    (2, None, "running"), (2, "edited", "failed")]:  # fmt: skip
+        episode = Episode(outcome=Outcome(answer="sunny"))
+        store.add_episode(episode, "weather", version)
+        call = Call(prompt_ids=[1], completion_ids=[2, 3], sampled_logprobs=[-1.0, -2.0], policy_version=version)
+        store.add_calls(episode.id, [(0, call, None)])
+        store.finish(episode.model_copy(update={"status": status}))
+        if signal:
+            store.add_feedback(episode.id, None, signal, None)
+    config = LoopConfig(registry=tmp_path, harness="x:y", benchmark=BenchmarkConfig(tasks=tmp_path, score="x:y"))
+    used, counts = collect(config, store, "weather", 2, 0.0, 1e12)
+    assert [e.reward.total for e in used] == [1.0]
+    assert counts == {"episodes": 5, "expired": 0, "unfinished": 1, "failed": 1, "finished": 3, "unlabelled": 1,
+                      "stale": 1, "labelled_used": 1, "off_policy_share": 0.5}  # fmt: skip
+    config.stale = "correct"  # kept: the loss's ratio against the recorded sampled logprobs corrects them
+    used, counts = collect(config, store, "weather", 2, 0.0, 1e12)
+    assert sorted(e.reward.total for e in used) == [-1.0, 1.0] and counts["stale"] == 1
+    assert used[0].calls[0].sampled_logprobs == [-1.0, -2.0]
+    store.close()

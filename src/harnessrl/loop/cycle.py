@@ -8,8 +8,9 @@
 3. episodes some of whose calls another version sampled are refused (`stale: refuse`) or kept
    (`stale: correct`: the loss's importance ratio against the recorded sampled logprobs corrects
    them), and their share is reported;
-4. a candidate trained from the promoted version (`updates` policy-gradient steps on shuffled
-   chunks of the labelled episodes, baseline = the chunk's mean reward);
+4. a candidate trained from the promoted version: `epochs` passes over the labelled episodes in
+   shuffled chunks of about `batch_episodes`, one policy-gradient step each (the advantage's
+   baseline is the chunk's mean reward: production traffic has no groups of one task);
 5. the gate (loop/gate.py) on the domain benchmark; the candidate becomes version N+1 with its
    figures and decision, and is promoted when the gate passes.
 
@@ -56,7 +57,8 @@ class LoopConfig(BaseModel):
     feedback: FeedbackMap = Field(default_factory=FeedbackMap)
     gate: GateConfig = Field(default_factory=GateConfig)
     train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-4))
-    updates: int = Field(default=4, ge=1, description="policy-gradient steps per cycle")
+    batch_episodes: int = Field(default=32, ge=2, description="labelled episodes per policy-gradient step")
+    epochs: int = Field(default=1, ge=1, description="passes over the window's episodes")
     min_episodes: int = Field(default=16, ge=2, description="fewer labelled episodes: the cycle is skipped")
     stale: Literal["refuse", "correct"] = Field(
         default="refuse", description="episodes sampled by another version: refused, or importance-corrected"
@@ -133,37 +135,43 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
         return event
 
 
-def _cycle(config, registry, store, current, number, candidate_folder, now) -> dict:
-    # the window
-    since, until = window_start(registry), now - config.feedback_wait
-    expired_now = len(store.expire(config.session_ttl, now))
-    rows = store.episodes(since, until, model=registry.name)
+def collect(config: LoopConfig, store: Store, model: str, number: int, since: float, until: float):
+    """The window's episodes as (labelled episodes with their reward, counts): every episode is counted
+    once as used, unlabelled, stale-refused, unfinished, expired or failed."""
+    rows = store.episodes(since, until, model=model)
     counts = {
         "episodes": len(rows),
         "expired": sum(r.episode.failure_reason == EXPIRED for r in rows),
-        "expired_this_cycle": expired_now,
         "unfinished": sum(r.episode.status == "running" for r in rows),
         "failed": sum(r.episode.status == "failed" and r.episode.failure_reason != EXPIRED for r in rows),
+        "finished": sum(r.episode.status == "finished" for r in rows),
+        "unlabelled": 0,
+        "stale": 0,
     }
-    # reward
     labelled: list[Episode] = []
-    unlabelled = stale = 0
     for row in rows:
         if row.episode.status != "finished":
             continue
         reward = feedback_reward(row, config.feedback)
         if reward is None:
-            unlabelled += 1
+            counts["unlabelled"] += 1
             continue
-        versions = {c.policy_version for c in row.episode.calls if c.trainable}
-        if versions - {number}:
-            stale += 1
+        if {c.policy_version for c in row.episode.calls if c.trainable} - {number}:  # sampled by another version
+            counts["stale"] += 1
             if config.stale == "refuse":
                 continue
         labelled.append(row.episode.model_copy(update={"reward": reward}))
-    finished = sum(r.episode.status == "finished" for r in rows)
-    counts |= {"finished": finished, "unlabelled": unlabelled, "stale": stale, "labelled_used": len(labelled)}
-    counts["off_policy_share"] = round(stale / max(finished - unlabelled, 1), 4)
+    counts["labelled_used"] = len(labelled)
+    counts["off_policy_share"] = round(counts["stale"] / max(counts["finished"] - counts["unlabelled"], 1), 4)
+    return labelled, counts
+
+
+def _cycle(config, registry, store, current, number, candidate_folder, now) -> dict:
+    # the window and its reward
+    since, until = window_start(registry), now - config.feedback_wait
+    expired_now = len(store.expire(config.session_ttl, now))
+    labelled, counts = collect(config, store, registry.name, number, since, until)
+    counts["expired_this_cycle"] = expired_now
     rewards = [e.reward.total for e in labelled]
     figures = {
         "counts": counts,
@@ -214,14 +222,14 @@ def _train(policy: Policy, episodes: list[Episode], config: LoopConfig) -> tuple
     train = config.train.model_copy(update={"lora": config.train.lora or lora_for(policy.model)})
     trainer = Trainer(policy.model, policy.tokenizer, train, policy=policy)
     rng = random.Random(train.seed)
-    order = episodes[:]
-    rng.shuffle(order)
-    size = max(2, len(order) // config.updates)
+    steps = max(1, round(len(episodes) / config.batch_episodes))  # equal chunks of about batch_episodes
     metrics = []
-    for start in range(0, size * config.updates, size):
-        chunk = order[start : start + size] or rng.sample(order, size)
-        m = trainer.rl_step([chunk])
-        metrics.append({k: round(v, 4) for k, v in m.items() if k.startswith(("loss/", "reward/", "rollout/"))})
+    for _ in range(config.epochs):
+        order = episodes[:]
+        rng.shuffle(order)
+        for chunk in (order[i::steps] for i in range(steps)):
+            m = trainer.rl_step([chunk])
+            metrics.append({k: round(v, 4) for k, v in m.items() if k.startswith(("loss/", "reward/", "rollout/"))})
     return trainer, metrics
 
 
