@@ -49,7 +49,7 @@ from harnessrl.gateway.schema import (
     NamedToolChoice,
     ToolCall,
 )
-from harnessrl.gateway.serving import EXPIRED, Recorder, Serving
+from harnessrl.gateway.serving import EXPIRED, Recorder, RecordError, Serving
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
@@ -197,8 +197,8 @@ def create_app(
             raise APIError(409, "feedback needs a trace store: serve with --store or --registry", code="no_store")
         try:
             index = await asyncio.to_thread(recorder.add_feedback, episode_id, body.call, body.signal, body.value)
-        except ValueError as exc:  # StoreError: unknown episode or call
-            raise APIError(404, str(exc), param="call" if "call" in str(exc) else "id", code="not_found") from None
+        except RecordError as exc:  # unknown episode or call
+            raise APIError(404, str(exc), param=exc.param, code="not_found") from None
         return {"episode": episode_id, "call": index, "signal": body.signal, "value": body.value}
 
     @app.delete("/v1/episodes/{episode_id}")
@@ -214,14 +214,18 @@ def create_app(
         deadline = time.monotonic() + finish_wait_seconds
         while record.in_flight and time.monotonic() < deadline:  # let calls still generating land first
             await asyncio.sleep(0.01)
-        if record.episode.status != "running":  # finished by a concurrent request meanwhile
+        if record.episode.status != "running" or record.finishing:  # finished by a concurrent request meanwhile
             raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
-        # atomic: the finished episode is built and serialised first, and only then replaces the running one
-        update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
-        finished = record.episode.model_copy(update=update)
-        line = await asyncio.to_thread(finished.model_dump_json)
-        await durably(lambda: recorder.finish(finished))
-        record.episode, record.touched = finished, time.monotonic()
+        record.finishing = True  # no await since the check: a concurrent finish gets 409 from here on
+        try:
+            # atomic: the finished episode is built, serialised and stored first, then replaces the running one
+            update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
+            finished = record.episode.model_copy(update=update)
+            line = await asyncio.to_thread(finished.model_dump_json)
+            await durably(lambda: recorder.finish(finished))
+            record.episode, record.touched = finished, time.monotonic()
+        finally:
+            record.finishing = False
         return Response(line, media_type="application/json")
 
     @app.post("/v1/demonstrations")

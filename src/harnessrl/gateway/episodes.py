@@ -18,6 +18,7 @@ class EpisodeRecord:
     trainable: bool
     turns: list[Turn] = field(default_factory=list)  # aligned with episode.calls
     in_flight: int = 0  # chat calls still generating; `finish` waits for them
+    finishing: bool = False  # a finish is being stored
     # choices of an n > 1 request, recorded untrainable: call index -> the trainable flag it gets if a later call extends it
     held_choices: dict[int, bool] = field(default_factory=dict)
     responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index

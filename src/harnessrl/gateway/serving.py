@@ -21,6 +21,14 @@ from harnessrl.types import Call, Episode
 EXPIRED = "expired: the session sent no finish within its TTL"  # an expired episode's failure_reason
 
 
+class RecordError(ValueError):
+    """What a recorder refuses (an unknown episode or call); `param` names the request field at fault."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
 class Recorder(Protocol):
     def add_episode(self, episode: Episode, model: str, policy_version: int) -> None: ...
     def add_calls(self, episode_id: str, calls: list[tuple[int, Call, str | None]]) -> None: ...

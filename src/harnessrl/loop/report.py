@@ -84,6 +84,7 @@ def _plot(rows: list[dict], path: Path) -> Path:
     for r in rows:
         if r["decision"] == "promoted":
             ax.axvline(r["cycle"], color="green", alpha=0.2)
+    ax.set_xticks(x)
     ax.set_xlabel("cycle (green: promoted)")
     ax.legend()
     fig.tight_layout()

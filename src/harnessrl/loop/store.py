@@ -19,7 +19,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harnessrl.gateway.serving import EXPIRED
+from harnessrl.gateway.serving import EXPIRED, RecordError
 from harnessrl.types import Call, Episode, Outcome, Task
 
 _meta = sa.MetaData()
@@ -65,7 +65,7 @@ traces_table = sa.Table(  # `harnessrl ingest`: imported production conversation
 )
 
 
-class StoreError(ValueError):
+class StoreError(RecordError):
     """A request the store cannot honour (unknown episode, call out of range); the message says which."""
 
 
@@ -152,7 +152,7 @@ class Store:
         episode's last call; returns the call index. Idempotent: the same signal again changes nothing."""
         with self.engine.begin() as db:
             if db.execute(sa.select(episodes_table.c.id).where(episodes_table.c.id == episode_id)).first() is None:
-                raise StoreError(f"no episode {episode_id!r} in the store")
+                raise StoreError(f"no episode {episode_id!r} in the store", "id")
             index = self._call_index(db, episode_id, call)
             key = (feedback_table.c.episode_id == episode_id) & (feedback_table.c.call_index == index)
             old = db.execute(sa.select(feedback_table.c.signal, feedback_table.c.value).where(key)).first()
@@ -170,16 +170,16 @@ class Store:
             sa.select(calls_table.c.call_index, calls_table.c.response_id).where(calls_table.c.episode_id == episode_id)
         ).all()
         if not rows:
-            raise StoreError(f"episode {episode_id!r} has no calls to give feedback on")
+            raise StoreError(f"episode {episode_id!r} has no calls to give feedback on", "call")
         if call is None:
             return max(r.call_index for r in rows)
         if isinstance(call, str):
             found = [r.call_index for r in rows if r.response_id == call]
             if not found:
-                raise StoreError(f"call: no chat completion {call!r} in episode {episode_id!r}")
+                raise StoreError(f"call: no chat completion {call!r} in episode {episode_id!r}", "call")
             return min(found)
         if call not in {r.call_index for r in rows}:
-            raise StoreError(f"call: episode {episode_id!r} has calls 0..{len(rows) - 1}, not {call}")
+            raise StoreError(f"call: episode {episode_id!r} has calls 0..{len(rows) - 1}, not {call}", "call")
         return call
 
     def expire(self, ttl_seconds: float, now: float | None = None) -> list[str]:
