@@ -6,6 +6,8 @@ timeout, finish it with the outcome or the failure's reason, read it back, delet
 raises or times out yields a failed episode scored `failure_reward` (a negative reward by default:
 filtering failures out would teach the model to fail on purpose). With staleness k > 0 rollouts go
 on while the trainer updates, and groups with a call older than k versions are dropped and counted.
+With `backend: ray` the harness runs on Ray actors instead (rollout/ray_backend.py); everything
+else here is the same, and an episode whose worker died is retried on a fresh episode.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harnessrl.gateway import GatewayClient
 from harnessrl.harness import Harness
 from harnessrl.rewards import Reward
+from harnessrl.rollout.ray_backend import WorkerDied
 from harnessrl.types import Episode, RewardBreakdown, Task
 
 
@@ -31,37 +35,67 @@ class RolloutConfig(BaseModel):
     staleness: int = Field(default=0, ge=0, description="k: 0 = synchronous; k > 0 = rollouts continue during updates")
     episode_timeout: float = Field(default=120.0, gt=0, description="seconds before a harness run is a failed episode")
     failure_reward: float = Field(default=-1.0, description="reward of a failed episode (raised, timed out)")
+    backend: Literal["local", "ray"] = Field(
+        default="local", description="local: harnesses run in this process; ray: on Ray actors (rollout/ray_backend.py)"
+    )
+    ray_address: str | None = Field(default=None, description="ray: a cluster's address ('auto'); None starts one here")
+    workers: int = Field(default=2, ge=1, description="ray: rollout worker actors")
+    worker_concurrency: int = Field(default=8, ge=1, description="ray: episodes one worker runs at once")
+    worker_retries: int = Field(default=1, ge=0, description="ray: fresh attempts for an episode whose worker died")
 
 
 class RolloutEngine:
     def __init__(self, gateway: GatewayClient, harness: Harness, reward: Reward, config: RolloutConfig | None = None):
         self.gateway, self.harness, self.reward = gateway, harness, reward
-        self.config = config or RolloutConfig()
-        self._slots = asyncio.Semaphore(self.config.concurrency)
+        self.config = cfg = config or RolloutConfig()
+        self._slots = asyncio.Semaphore(cfg.concurrency)
         self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0}
+        self._ray = None
+        if cfg.backend == "ray":  # the default backend never imports Ray
+            from harnessrl.rollout.ray_backend import RayRunner
+
+            self._ray = RayRunner(harness, gateway.base_url, cfg.workers, cfg.worker_concurrency, cfg.ray_address)
+            self.counts |= {"worker_deaths": 0, "worker_retries": 0}
+
+    def _run(self, task: Task, key: str):
+        return self.harness(task, self.gateway.openai(key)) if self._ray is None else self._ray(task, key)
 
     async def episode(self, task: Task) -> Episode:
         async with self._slots:
-            episode_id, key = await self.gateway.create_episode(task)
-            try:
-                outcome = await asyncio.wait_for(
-                    self.harness(task, self.gateway.openai(key)), self.config.episode_timeout
-                )
-                episode = await self.gateway.finish(episode_id, outcome)
-            except TimeoutError:
-                self.counts["timeouts"] += 1
-                episode = await self.gateway.finish(
-                    episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s"
-                )
-            except Exception as exc:  # the harness's bug is a failed episode with its reason
-                episode = await self.gateway.finish(
-                    episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}"
-                )
-            finally:
-                await self.gateway.delete(episode_id)
+            for attempt in range(self.config.worker_retries + 1 if self._ray else 1):
+                episode = await self._attempt(task, retry=attempt < self.config.worker_retries)
+                if episode is not None:
+                    break
+                self.counts["worker_retries"] += 1
         self.counts["episodes"] += 1
         self.counts["failed"] += episode.status == "failed"
         return episode
+
+    async def _attempt(self, task: Task, retry: bool) -> Episode | None:
+        """One run of the harness on a fresh gateway episode; None when its worker died and it may be retried."""
+        episode_id, key = await self.gateway.create_episode(task)
+        try:
+            outcome = await asyncio.wait_for(self._run(task, key), self.config.episode_timeout)
+            return await self.gateway.finish(episode_id, outcome)
+        except WorkerDied as exc:
+            self.counts["worker_deaths"] += 1
+            if retry:  # this attempt's episode is deleted below: its partial calls are never trained on
+                return None
+            return await self.gateway.finish(episode_id, failure_reason=str(exc))
+        except TimeoutError:
+            self.counts["timeouts"] += 1
+            return await self.gateway.finish(
+                episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s"
+            )
+        except Exception as exc:  # the harness's bug is a failed episode with its reason
+            return await self.gateway.finish(episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
+        finally:
+            await self.gateway.delete(episode_id)
+
+    def close(self) -> None:
+        """Stop the Ray workers (nothing to do for the local backend)."""
+        if self._ray is not None:
+            self._ray.close()
 
     async def group(self, task: Task, step: int = 0) -> list[Episode]:
         """G episodes of one task, scored."""
