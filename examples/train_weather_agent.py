@@ -95,7 +95,7 @@ def _task(city: str) -> Task:
 
 async def main(args) -> dict:
     started = time.perf_counter()
-    policy = Policy.load(args.model, seed=args.seed)
+    policy = Policy.load(args.model, seed=args.seed, vllm_url=args.vllm_url)
     gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN))
     text = first_call(policy.tokenizer)
     reward = Reward([
@@ -149,6 +149,9 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0, help="the trainer's and the sampler's random state")
     parser.add_argument("--ppo-epochs", type=int, default=1, help="optimizer passes over each batch")
     parser.add_argument("--model", default="tiny-base", help="tiny-base, smollm2-135m-instruct, a folder or a .gguf")
+    parser.add_argument(
+        "--vllm-url", default=None, help="generate on this vLLM server (same weights; docs/distributed.md)"
+    )
     parser.add_argument("--heldout-repeats", type=int, default=4, help="sampled episodes per held-out city")
     parser.add_argument(
         "--warm-start",

@@ -56,6 +56,10 @@ def serve(
         None,
         help="seconds an episode may stay idle before it is expired (failed, counted); default 3600 with --registry",
     ),
+    vllm_url: str | None = typer.Option(
+        None,
+        help="generate on this vLLM server (started on the same weights, docs/distributed.md) instead of in process",
+    ),
 ) -> None:
     """Serve the policy behind the OpenAI-compatible gateway and record episodes."""
     import uvicorn
@@ -79,7 +83,7 @@ def serve(
         store = store or str(registry / "traces.db")
         session_ttl = session_ttl or 3600.0
     else:
-        policy = _load_policy(model, seed, max_batch, tool_format)
+        policy = _load_policy(model, seed, max_batch, tool_format, vllm_url)
     if store is not None:
         from harnessrl.loop import Store
 
@@ -448,12 +452,14 @@ def _run_config(checkpoint: str) -> Path | None:
     return None
 
 
-def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = "auto"):
+def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = "auto", vllm_url: str | None = None):
+    import httpx
+
     from harnessrl.policy import Policy, PolicyLoadError
 
     try:
-        return Policy.load(model, seed=seed, max_batch=max_batch, tool_format=tool_format)
-    except (PolicyLoadError, OSError) as exc:
+        return Policy.load(model, seed=seed, max_batch=max_batch, tool_format=tool_format, vllm_url=vllm_url)
+    except (PolicyLoadError, OSError, httpx.HTTPError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
 

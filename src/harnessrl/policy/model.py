@@ -25,7 +25,16 @@ class PolicyLoadError(ValueError):
 
 
 class Policy:
-    def __init__(self, model, tokenizer, name: str, max_batch: int = 64, tool_format: str = "auto"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        name: str,
+        max_batch: int = 64,
+        tool_format: str = "auto",
+        vllm_url: str | None = None,
+        sync_dir: str | Path | None = None,
+    ):
         if not tokenizer.chat_template:
             raise PolicyLoadError(f"{name}: the tokenizer has no chat_template; the gateway needs one")
         self.model = model.eval()
@@ -40,15 +49,30 @@ class Policy:
         self.native_tools, self.native_calls = toolformat.renders_tools(self._template)
         self.context = model.config.max_position_embeddings
         self.eos_ids = _eos_ids(model, tokenizer)
-        self.engine = Engine(model, self.eos_ids, self.decode, max_batch=max_batch)
+        if vllm_url is None:
+            self.engine = Engine(model, self.eos_ids, self.decode, max_batch=max_batch)
+        else:  # generation on an external vLLM server, synced from the trainer (policy/vllm.py)
+            from harnessrl.policy.vllm import VLLMEngine
+
+            folder = Path(sync_dir) if sync_dir else Path.home() / ".cache" / "harnessrl" / "vllm-sync"
+            self.engine = VLLMEngine(vllm_url, model, self.eos_ids, folder)
 
     @classmethod
-    def load(cls, model: str = "tiny", seed: int = 0, max_batch: int = 64, tool_format: str = "auto") -> Policy:
+    def load(
+        cls,
+        model: str = "tiny",
+        seed: int = 0,
+        max_batch: int = 64,
+        tool_format: str = "auto",
+        vllm_url: str | None = None,
+        sync_dir: str | Path | None = None,
+    ) -> Policy:
         """`tiny` (built in code for `seed`), `tiny-base`, a preset, or a local Hugging Face folder or
-        `.gguf` file; `tool_format` is `auto` (from the chat template) or one of `toolformat.FORMATS`."""
+        `.gguf` file; `tool_format` is `auto` (from the chat template) or one of `toolformat.FORMATS`;
+        `vllm_url`: generate on that vLLM server (started on the same weights) instead of in process."""
         lm, tokenizer = load_model_and_tokenizer(model, seed)
         name = model if model in ("tiny", "tiny-base", *PRESETS) else Path(model).name
-        return cls(lm, tokenizer, name, max_batch, tool_format)
+        return cls(lm, tokenizer, name, max_batch, tool_format, vllm_url, sync_dir)
 
     @property
     def version(self) -> int:

