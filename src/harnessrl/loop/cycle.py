@@ -117,9 +117,10 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
     """One cycle; returns its event (also appended to events.jsonl). `candidate_folder`: gate a
     candidate trained elsewhere instead of training one (a Hugging Face folder)."""
     registry = Registry(config.registry)
-    with registry.lock():
-        cleaned = registry.clean_staging()
-        current = registry.promoted()
+    with registry.lock(".cycle-lock"):  # one cycle at a time; promote / rollback stay free meanwhile
+        with registry.lock():
+            cleaned = registry.clean_staging()
+            current = registry.promoted()
         if current is None:
             raise ValueError(f"{registry.root}: nothing promoted yet (harnessrl promote VERSION)")
         number = registry.info(current).number
@@ -129,9 +130,13 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
         finally:
             store.close()
         event["cleaned_staging"] = cleaned
-        registry.log("cycle", **event)
-        if event["decision"].get("promote"):
-            registry.promote(event["version"], reason="gate passed", cycle=True)
+        with registry.lock():
+            if event["decision"].get("promote") and registry.promoted() != current:  # promoted by hand meanwhile
+                event["decision"]["promote"] = False
+                event["decision"]["reasons"].append(f"PROMOTED moved to {registry.promoted()} during the cycle")
+            registry.log("cycle", **event)
+            if event["decision"].get("promote"):
+                registry.promote(event["version"], reason="gate passed", cycle=True)
         return event
 
 
@@ -203,17 +208,18 @@ def _cycle(config, registry, store, current, number, candidate_folder, now) -> d
         candidate.close()
     decision = decide(*sides, config.gate)
     figures["eval_seconds"] = round(time.perf_counter() - started - figures["train_seconds"], 1)
-    next_number = registry.next_number()
-    info = VersionInfo(
-        id=f"{registry.name}@v{next_number}",
-        number=next_number,
-        parent=current,
-        source=str(candidate_folder) if candidate_folder else None,
-        data_window=window if candidate_folder is None else None,
-        figures=figures,
-        decision=decision,
-    )
-    registry.add(trainer.write_model if trainer else _copier(candidate_folder), info)
+    with registry.lock():
+        next_number = registry.next_number()
+        info = VersionInfo(
+            id=f"{registry.name}@v{next_number}",
+            number=next_number,
+            parent=current,
+            source=str(candidate_folder) if candidate_folder else None,
+            data_window=window if candidate_folder is None else None,
+            figures=figures,
+            decision=decision,
+        )
+        registry.add(trainer.write_model if trainer else _copier(candidate_folder), info)
     consumed = window if candidate_folder is None else None
     return {"version": info.id, "parent": current, "data_window": consumed, "figures": figures, "decision": decision}
 

@@ -11,7 +11,8 @@ Layout of a registry folder:
 A version is written to a hidden staging folder and renamed into `versions/` only once complete, and
 PROMOTED is replaced atomically (write, fsync, rename), so a crash at any moment leaves PROMOTED
 naming a complete version. Versions are never modified after the rename. Writers (cycle, promote,
-rollback, add) hold `.lock` (flock) so two of them never interleave.
+rollback, add) hold `.lock` (flock) while they write, so two never interleave; a cycle holds it only
+for its writes, so `promote` and `rollback` never wait for a cycle's training.
 """
 
 from __future__ import annotations
@@ -131,8 +132,9 @@ class Registry:
     # ---- writing (hold the lock) ----
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        with open(self.root / ".lock", "a") as handle:
+    def lock(self, name: str = ".lock") -> Iterator[None]:
+        """`.lock`: held briefly by every writer; `.cycle-lock`: held by a cycle throughout (one at a time)."""
+        with open(self.root / name, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
