@@ -512,19 +512,23 @@ def registry_command(
         table.add_column(column)
     for v in reg.versions():
         d, f = v.decision, v.figures
-        window = v.source or (f"{f.get('counts', {}).get('labelled_used')} episodes" if v.data_window else "")
+        window = Path(v.source).name if v.source else f"{f.get('counts', {}).get('labelled_used')} episodes"
+        failed = (
+            [r.removeprefix("canary ").removesuffix(" failed") if "canary" in r else "bound" for r in d["reasons"]]
+            if "reasons" in d
+            else []
+        )
+        verdict = "added" if d.get("added") else ("passed" if d.get("promote") else "refused: " + ", ".join(failed))
         table.add_row(
             ("* " if v.id == promoted else "  ") + v.id,
             v.parent or "",
             window,
-            str(f.get("reward_mean", "")),
+            "" if f.get("reward_mean") is None else str(f["reward_mean"]),
             f"{d.get('eval_candidate', '')}/{d.get('eval_current', '')}" if "eval_current" in d else "",
             str(d.get("paired_lower_bound", "")),
-            "added"
-            if d.get("added")
-            else ("passed" if d.get("promote") else "refused: " + "; ".join(d.get("reasons", []))),
+            verdict,
         )
-    Console().print(table)
+    Console(width=160).print(table)  # reasons in full: version.json, events.jsonl, report --registry
     print(json.dumps({"name": reg.name, "promoted": promoted, "versions": [v.id for v in reg.versions()]}))
 
 
