@@ -103,9 +103,8 @@ class VLLMEngine:
                 self.model.load_state_dict(state_dict)
             folder = self.sync_dir / f"v{self.version + 1}"
             folder.mkdir(parents=True, exist_ok=True)
-            tensors = {
-                k: v.detach().cpu().clone() for k, v in state_dict.items()
-            }  # clone: tied embeddings share memory
+            # cloned: tied embeddings share memory, which safetensors refuses to save
+            tensors = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
             save_file(tensors, folder / "model.safetensors")
             self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
             self._post("/reset_prefix_cache", None)
