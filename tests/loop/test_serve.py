@@ -14,10 +14,11 @@ import time
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from harnessrl.gateway.serving import EXPIRED
 from harnessrl.loop.registry import Registry
-from harnessrl.loop.store import Store
+from harnessrl.loop.store import Store, calls_table
 
 ADMIN = "loop-test-admin-key"
 
@@ -75,7 +76,7 @@ class Burst:
                     self.failed.append(repr(exc))
                     continue
                 if response.status_code == 200:
-                    self.acked.append(response.json())
+                    self.acked.append({**response.json(), "acked_at": time.time()})
                 else:
                     self.failed.append(f"{response.status_code} {response.text[:200]}")
 
@@ -116,17 +117,17 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
                 [sys.executable, "-m", "harnessrl", "promote", "v2", "--registry", str(registry.root)],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
-            promoted_at = time.monotonic()
             assert json.loads(done.stdout.splitlines()[-1]) == {"promoted": "weather@v2", "previous": "weather@v1"}
             while not any(r["system_fingerprint"] == "policy-v2" for r in burst.acked[-6:]):
                 time.sleep(0.01)
-            switch = time.monotonic() - promoted_at
+            first_v2 = min(r["acked_at"] for r in burst.acked if r["system_fingerprint"] == "policy-v2")
+            switch = first_v2 - (registry.root / "PROMOTED").stat().st_mtime  # from the atomic write
             settled = len(burst.acked)
             while len(burst.acked) < settled + 20:
                 time.sleep(0.05)
         assert burst.failed == []
-        print(f"switch seconds: {switch:.3f}")
-        assert switch < 10  # the figure is reported by examples/production/run_loop.py; here: it does switch
+        print(f"switch seconds (PROMOTED written -> first answer from v2): {switch:.3f}")
+        assert switch < 10  # a sanity bound: the < 1 s figure is benchmarks/promotion.py's (no timed asserts here)
         late = burst.acked[settled + 6 :]
         assert late and all(r["system_fingerprint"] == "policy-v2" for r in late)
         rolled = subprocess.run(
@@ -141,12 +142,12 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
     finally:
         server.terminate()
         server.wait(30)
-    # every call recorded the version that served it
+    # every answered call is stored with the version that served it (in flight at the switch: the old one)
     store = Store(registry.root / "traces.db")
-    versions = {c.policy_version for r in store.episodes() for c in r.episode.calls}
-    by_id = {r["id"]: int(r["system_fingerprint"].removeprefix("policy-v")) for r in burst.acked}
-    stored = {rid: None for rid in store.response_ids()}
-    assert versions == {1, 2} and set(by_id) <= set(stored)
+    with store.engine.connect() as db:
+        stored = dict(db.execute(sa.select(calls_table.c.response_id, calls_table.c.policy_version)).all())
+    served = {r["id"]: int(r["system_fingerprint"].removeprefix("policy-v")) for r in burst.acked}
+    assert {rid: stored.get(rid) for rid in served} == served and set(served.values()) == {1, 2}
 
 
 def test_sessions_expire_and_feedback_joins_late(tmp_path):
