@@ -636,3 +636,58 @@ def ingest(
     if counts["quarantined"]:
         console.print(f"[yellow]{counts['quarantined']} lines quarantined:[/] {quarantine}")
     print(json.dumps(counts))
+
+
+@app.command()
+def tasks(
+    corpus: Path = typer.Option(..., help="corpus.jsonl: {id, text, title?} per line"),
+    out: Path | None = typer.Option(None, help="tasks.jsonl to write (appended as tasks pass; resumable)"),
+    generator: Path | None = typer.Option(
+        None,
+        help="generator config (YAML/JSON, like the judge's: base_url, model, api_key_env, ...); "
+        "none = the rule generator for key: value facts",
+    ),
+    count: int = typer.Option(100, min=1, help="tasks to keep"),
+    hops: str = typer.Option("1", help="hop counts to draw from, e.g. 1,2"),
+    test_share: float = typer.Option(0.2, min=0.0, max=1.0, help="share of documents whose tasks are test tasks"),
+    seed: int = typer.Option(0),
+    audit: Path | None = typer.Option(None, help="instead: re-verify this tasks.jsonl against --corpus"),
+) -> None:
+    """Generate search tasks from a corpus (explore, write, verify quotes, distractors, split by document)."""
+    import tempfile
+
+    import yaml
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harnessrl.envs.search import taskgen
+    from harnessrl.envs.search.data import Doc, SearchTask
+    from harnessrl.envs.search.index import SearchIndex
+    from harnessrl.types import TraceLineError, read_jsonl
+
+    try:
+        docs = read_jsonl(corpus, Doc)
+        if audit is not None:
+            print(json.dumps(taskgen.audit(read_jsonl(audit, SearchTask), docs)))
+            return
+        hop_list = [int(h) for h in hops.split(",")]
+        if not set(hop_list) <= {1, 2, 3}:
+            raise ValueError(f"--hops {hops}: 1, 2 or 3")
+        writer = (
+            taskgen.LLMWriter(taskgen.GeneratorConfig.model_validate(yaml.safe_load(generator.read_text())))
+            if generator
+            else taskgen.RuleWriter(docs)
+        )
+    except (TraceLineError, OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        _fail(str(exc))
+    out = out or corpus.with_name("tasks.jsonl")
+    with tempfile.TemporaryDirectory() as folder, Progress(
+        TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tries]} attempts"),
+        TimeElapsedColumn(), console=console,
+    ) as bar:  # fmt: skip
+        job = bar.add_task("kept", total=count, tries=0)
+        index = SearchIndex(docs, Path(folder) / "index")
+        run = taskgen.generate(
+            docs, index, writer, count, hop_list, out, seed, test_share,
+            progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
+        )  # fmt: skip
+    print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

@@ -1,6 +1,7 @@
 """Search corpora and tasks: JSONL files a user brings, or a deterministic synthetic generator.
 
-corpus.jsonl: {"id", "text", "title"?}      tasks.jsonl: {"id", "question", "answer", "gold_doc_ids", "split"}
+corpus.jsonl: {"id", "text", "title"?}      tasks.jsonl: {"id", "question", "answer", "gold_doc_ids", "split",
+                                                         "quotes"?, "distractor_doc_ids"?, "hops"?}
 
 The generator writes small encyclopaedia entries about invented people, towns and countries, with
 distractors that share names and attribute types, and 1-3 hop questions whose gold documents are
@@ -25,6 +26,12 @@ class Doc(BaseModel):
     title: str | None = None
 
 
+class Quote(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    doc_id: str = Field(min_length=1)
+    text: str = Field(min_length=1, description="copied word for word from the document")
+
+
 class SearchTask(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1)
@@ -32,6 +39,10 @@ class SearchTask(BaseModel):
     answer: str = Field(min_length=1)
     gold_doc_ids: list[str] = Field(min_length=1)
     split: Literal["train", "test"]
+    # written by `harnessrl tasks` (taskgen.py); optional in a user's own file
+    quotes: list[Quote] = Field(default_factory=list, description="supporting passages, verified verbatim")
+    distractor_doc_ids: list[str] = Field(default_factory=list, description="close documents without the answer")
+    hops: int = Field(default=1, ge=1, le=3)
 
     def task(self) -> Task:
         return Task(
@@ -60,7 +71,7 @@ def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
 
 def write_jsonl(path: Path, rows: list[BaseModel]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in rows), encoding="utf-8")
+    path.write_text("".join(r.model_dump_json(exclude_defaults=True) + "\n" for r in rows), encoding="utf-8")
 
 
 _SYLLABLES = [

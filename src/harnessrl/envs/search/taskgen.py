@@ -1,0 +1,283 @@
+"""Tasks from a user's own corpus (Context-1's pipeline): explore, write, verify, add distractors, split.
+
+    harnessrl tasks --corpus corpus.jsonl --out tasks.jsonl [--generator gen.yaml] [--count N] [--hops 1,2]
+
+1. **Explore**: a seed document and its neighbours, found through the same hybrid index (Chroma +
+   BM25) the agent searches with.
+2. **Write**: a question, its answer and supporting quotes. With `--generator` an LLM (any
+   OpenAI-compatible endpoint, configured like the judge) writes them as JSON; without one the rule
+   generator reads structured facts: `key: value` lines (and one-level JSON records, which are
+   such lines too), asking "What is the KEY of TITLE?"; a value that is another document's title
+   chains a 2-hop question ("... of the KEY1 of TITLE?").
+3. **Verify**, dropping the task with its reason: output that does not parse; a quote not found word
+   for word (whitespace aside) in the document it names; an answer no quote contains; an answer the
+   question already gives away; a question asked before; fewer supporting documents than hops.
+4. **Distractors**: documents the index ranks close to the question that do not contain the answer
+   (checked); a task without one is dropped.
+5. **Split by document**: each document is train or test by a hash of its id (`test_share`); a
+   task's split is its answer document's, and a train task that touches a test document is dropped,
+   so no test answer document is ever seen in training.
+
+Kept tasks are appended to the output as they pass (SearchTask lines with their `quotes`,
+`distractor_doc_ids` and `hops`); `OUT.progress.json` holds the attempt counter and the drop counts,
+so a stopped run resumes where it stopped. The last line printed is
+`{"requested", "kept", "dropped": {reason: n}, "hops": {"1": n, ...}}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harnessrl.envs.search.data import Doc, Quote, SearchTask, normalise
+
+_FACT = re.compile(r"^\s*([A-Za-z][\w ]{0,40}?)\s*:\s*(\S.{0,200}?)\s*$")
+
+
+class GeneratorConfig(BaseModel):
+    """The LLM that writes tasks; the same fields as the judge's config."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str = Field(description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8001/v1")
+    model: str = "generator"
+    api_key_env: str = Field(default="HARNESSRL_GENERATOR_API_KEY", description="environment variable with the key")
+    timeout: float = Field(default=120.0, gt=0)
+    max_tokens: int = 512
+    temperature: float = 0.7
+
+
+class _Written(BaseModel):
+    """What the generator must return (JSON)."""
+
+    model_config = ConfigDict(extra="ignore")
+    question: str = Field(min_length=5)
+    answer: str = Field(min_length=1, max_length=200)
+    quotes: list[Quote] = Field(min_length=1)
+
+
+@dataclass
+class Draft:
+    question: str
+    answer: str
+    quotes: list[Quote]
+    hops: int
+
+
+@dataclass
+class Run:
+    kept: list[SearchTask] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    hops: Counter = field(default_factory=Counter)
+    attempts: int = 0
+
+
+def doc_split(doc_id: str, test_share: float) -> str:
+    digest = int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "test" if digest < test_share else "train"
+
+
+def facts(doc: Doc) -> list[tuple[str, str, str]]:
+    """(key, value, the line as written) for each `key: value` line (JSON records flattened first)."""
+    text = doc.text.strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):  # the quote is the pair as the document writes it
+            pairs = [(k, str(v)) for k, v in record.items() if isinstance(v, str | int | float)]
+            found = [(k, v, re.search(rf'"{re.escape(k)}"\s*:\s*"?{re.escape(v)}"?', text)) for k, v in pairs]
+            return [(k, v, m[0]) for k, v, m in found if m]
+    found = []
+    for line in text.splitlines():
+        match = _FACT.match(line)
+        if match and match[1].lower() not in ("http", "https", "note"):
+            found.append((match[1].strip(), match[2].strip(), line.strip()))
+    return found
+
+
+def quote_found(quote: str, text: str) -> bool:
+    """Word for word, whitespace runs aside."""
+    squash = lambda s: " ".join(s.split())  # noqa: E731
+    return bool(quote.strip()) and squash(quote) in squash(text)
+
+
+def verify(draft: Draft, docs: dict[str, Doc], seen: set[str]) -> str | None:
+    """Why the draft must be dropped, or None."""
+    for quote in draft.quotes:
+        if quote.doc_id not in docs:
+            return "quote_unknown_document"
+        if not quote_found(quote.text, docs[quote.doc_id].text):
+            return "quote_not_in_source"
+    if not any(normalise(draft.answer) in normalise(q.text) for q in draft.quotes):
+        return "answer_not_in_quotes"
+    if normalise(draft.answer) in normalise(draft.question):
+        return "answer_in_question"
+    if len({q.doc_id for q in draft.quotes}) < draft.hops:
+        return "too_few_documents_for_hops"
+    if normalise(draft.question) in seen:
+        return "duplicate_question"
+    return None
+
+
+class RuleWriter:
+    """Questions from `key: value` facts; 2 hops through a value that is another document's title."""
+
+    def __init__(self, docs: list[Doc]):
+        self.by_title = {normalise(d.title): d for d in docs if d.title}
+
+    def write(self, seed: Doc, neighbours: list[Doc], hops: int, rng: random.Random) -> Draft | str:
+        own = facts(seed)
+        if not own or not seed.title:
+            return "no_structured_facts"
+        if hops == 1:
+            key, value, line = rng.choice(own)
+            return Draft(f"What is the {key.lower()} of {seed.title}?", value, [Quote(doc_id=seed.id, text=line)], 1)
+        links = [(k, v, line, self.by_title[normalise(v)]) for k, v, line in own if normalise(v) in self.by_title]
+        links = [x for x in links if x[3].id != seed.id and facts(x[3])]
+        if not links:
+            return "no_link_for_hops"
+        key1, value1, line1, target = rng.choice(links)
+        key2, value2, line2 = rng.choice(facts(target))
+        question = f"What is the {key2.lower()} of the {key1.lower()} of {seed.title}?"
+        quotes = [Quote(doc_id=seed.id, text=line1), Quote(doc_id=target.id, text=line2)]
+        return Draft(question, value2, quotes, 2)
+
+
+class LLMWriter:
+    """Asks an OpenAI-compatible model for {question, answer, quotes} over the seed and its neighbours."""
+
+    def __init__(self, config: GeneratorConfig):
+        import os
+
+        import openai
+
+        self.config = config
+        self.client = openai.OpenAI(
+            base_url=config.base_url, api_key=os.environ.get(config.api_key_env, "none"), timeout=config.timeout
+        )
+
+    def write(self, seed: Doc, neighbours: list[Doc], hops: int, rng: random.Random) -> Draft | str:
+        shown = [seed, *neighbours[: max(0, hops - 1) + 1]]
+        documents = "\n\n".join(f"[{d.id}] {d.title or ''}\n{d.text[:1500]}" for d in shown)
+        prompt = (
+            f"Documents:\n{documents}\n\nWrite one question that needs {hops} of these documents to answer "
+            "(it must not contain the answer), its short answer, and quotes copied word for word from the "
+            'documents that support it. Reply with JSON only: {"question": "...", "answer": "...", '
+            '"quotes": [{"doc_id": "...", "text": "..."}]}'
+        )
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.config.model,
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=self.config.max_tokens,
+                temperature=self.config.temperature,
+            )
+        except Exception as exc:  # openai.APIError and transport errors: a recorded drop, not a crash
+            return f"generator_error:{type(exc).__name__}"
+        text = (reply.choices[0].message.content or "").strip()
+        match = re.search(r"\{.*\}", text, re.S)
+        try:
+            written = _Written.model_validate_json(match[0] if match else text)
+        except (ValidationError, ValueError):
+            return "malformed_output"
+        return Draft(written.question.strip(), written.answer.strip(), written.quotes, hops)
+
+
+def generate(
+    docs: list[Doc],
+    index,
+    writer,
+    count: int,
+    hops: list[int],
+    out: Path,
+    seed: int = 0,
+    test_share: float = 0.2,
+    distractors: int = 2,
+    max_attempts: int | None = None,
+    progress=None,
+) -> Run:
+    """Attempts until `count` tasks are kept (or `max_attempts`, default 20 x count); resumable from `out`."""
+    by_id = {d.id: d for d in docs}
+    state_path = out.with_name(out.name + ".progress.json")
+    run = Run()
+    if out.is_file() and state_path.is_file():
+        run.kept = [SearchTask.model_validate_json(line) for line in out.read_text().splitlines() if line.strip()]
+        state = json.loads(state_path.read_text())
+        run.attempts, run.dropped, run.hops = state["attempts"], Counter(state["dropped"]), Counter(state["hops"])
+    else:
+        out.write_text("")
+    seen = {normalise(t.question) for t in run.kept}
+    limit = max_attempts or 20 * count
+    while len(run.kept) < count and run.attempts < limit:
+        rng = random.Random(f"{seed}:{run.attempts}")  # each attempt its own stream: a resumed run repeats none
+        run.attempts += 1
+        task = _attempt(docs, by_id, index, writer, rng, rng.choice(hops), seen, test_share, distractors, run)
+        if isinstance(task, str):
+            run.dropped[task] += 1
+        else:
+            run.kept.append(task)
+            run.hops[str(task.hops)] += 1
+            seen.add(normalise(task.question))
+            with open(out, "a") as f:
+                f.write(task.model_dump_json() + "\n")
+        state_path.write_text(json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops}))
+        if progress is not None:
+            progress(len(run.kept), run.attempts)
+    return run
+
+
+def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors, run) -> SearchTask | str:
+    seed_doc = rng.choice(docs)
+    found = dict.fromkeys(c.doc_id for c in index.search(seed_doc.title or seed_doc.text[:200], k=6))
+    neighbours = [by_id[i] for i in found if i != seed_doc.id]
+    draft = writer.write(seed_doc, neighbours, hops, rng)
+    if isinstance(draft, str):
+        return draft
+    reason = verify(draft, by_id, seen)
+    if reason:
+        return reason
+    gold = list(dict.fromkeys(q.doc_id for q in draft.quotes))
+    answer_doc = next(q.doc_id for q in draft.quotes if normalise(draft.answer) in normalise(q.text))
+    split = doc_split(answer_doc, test_share)
+    if split == "train" and any(doc_split(g, test_share) == "test" for g in gold):
+        return "crosses_split"
+    close = dict.fromkeys(c.doc_id for c in index.search(draft.question, k=10))
+    picked = [i for i in close if i not in gold and normalise(draft.answer) not in normalise(by_id[i].text)]
+    if not picked:
+        return "no_distractor"
+    task_id = "gen-" + hashlib.sha256(normalise(draft.question).encode()).hexdigest()[:12]
+    return SearchTask(
+        id=task_id, question=draft.question, answer=draft.answer, gold_doc_ids=gold, split=split,
+        quotes=draft.quotes, distractor_doc_ids=picked[:distractors], hops=draft.hops,
+    )  # fmt: skip
+
+
+def audit(tasks: list[SearchTask], docs: list[Doc]) -> dict:
+    """Re-verify every task's quotes and answer against the corpus; the share that passes, and why not."""
+    by_id = {d.id: d for d in docs}
+    reasons = Counter()
+    for task in tasks:
+        if not task.quotes:
+            reasons["no_quotes"] += 1
+            continue
+        draft = Draft(task.question, task.answer, task.quotes, task.hops)
+        reason = verify(draft, by_id, set())
+        bad_distractor = any(
+            normalise(task.answer) in normalise(by_id[d].text) for d in task.distractor_doc_ids if d in by_id
+        )
+        reasons[reason or ("distractor_contains_answer" if bad_distractor else "ok")] += 1
+    passed = reasons.pop("ok", 0)
+    return {
+        "tasks": len(tasks),
+        "passed": passed,
+        "pass_share": round(passed / max(len(tasks), 1), 4),
+        "failed": dict(reasons),
+    }

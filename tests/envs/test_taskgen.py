@@ -1,0 +1,105 @@
+"""`harnessrl tasks`: the rule generator on a structured corpus, verification, split by document, audit;
+and an LLM generator behind a real local OpenAI-compatible server that answers well, malformed,
+with a hallucinated quote and with the answer in the question: each failure dropped with its reason."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import sys
+
+from fastapi import FastAPI
+
+from harnessrl.envs.search import taskgen
+from harnessrl.envs.search.data import Doc, SearchTask
+from harnessrl.envs.search.index import SearchIndex
+from harnessrl.gateway import BackgroundServer
+
+TOWNS = ["Arlen", "Bexby", "Corrin", "Dunmore", "Elsby", "Farrow", "Galton", "Hexham", "Ivel", "Jarrow"]
+PEOPLE = ["Mara Quell", "Tobin Vask", "Ilse Dorn", "Pell Amsey", "Rhea Sollis", "Odo Brenn", "Una Fenwick"]
+
+
+def _corpus() -> list[Doc]:
+    docs = []
+    for i, town in enumerate(TOWNS):
+        mayor = PEOPLE[i % len(PEOPLE)]
+        text = f"{town} is a river town.\nFounded: {1700 + 13 * i}\nMayor: {mayor}\nPopulation: {2000 + 311 * i}"
+        docs.append(Doc(id=f"town-{i}", title=town, text=text))
+    for j, person in enumerate(PEOPLE):
+        record = {"born": str(1950 + j), "occupation": ["baker", "smith", "clerk", "pilot"][j % 4]}
+        docs.append(Doc(id=f"person-{j}", title=person, text=json.dumps(record)))
+    return docs
+
+
+def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(d.model_dump_json() + "\n" for d in _corpus()))
+    out = tmp_path / "tasks.jsonl"
+    command = [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--out", str(out),
+               "--count", "12", "--hops", "1,2", "--test-share", "0.3"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["requested"] == 12 and summary["kept"] == 12 and set(summary["hops"]) == {"1", "2"}
+    tasks = [SearchTask.model_validate_json(line) for line in out.read_text().splitlines()]
+    docs = {d.id: d for d in _corpus()}
+    for task in tasks:
+        assert all(taskgen.quote_found(q.text, docs[q.doc_id].text) for q in task.quotes)
+        assert task.answer.lower() not in task.question.lower() and task.distractor_doc_ids
+        assert all(task.answer not in docs[d].text for d in task.distractor_doc_ids)
+        if task.split == "train":  # no test document anywhere in a train task
+            assert all(taskgen.doc_split(g, 0.3) == "train" for g in task.gold_doc_ids)
+        assert len(task.gold_doc_ids) == task.hops
+    audit = subprocess.run(
+        [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--audit", str(out)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert json.loads(audit.stdout.strip().splitlines()[-1])["pass_share"] == 1.0
+    tampered = tasks[0].model_copy(update={"quotes": [tasks[0].quotes[0].model_copy(update={"text": "Mayor: Nobody"})]})
+    assert taskgen.audit([tampered], _corpus())["failed"] == {"quote_not_in_source": 1}
+    again = subprocess.run(command, capture_output=True, text=True, check=True)  # resumed: already complete
+    assert json.loads(again.stdout.strip().splitlines()[-1])["kept"] == 12
+    assert len(out.read_text().splitlines()) == 12
+
+
+def _scripted_generator() -> FastAPI:
+    """A real HTTP endpoint speaking the chat completions API, cycling through four kinds of reply."""
+    app, kinds = FastAPI(), itertools.cycle(["good", "malformed", "hallucinated", "leaking"])
+
+    @app.post("/v1/chat/completions")
+    async def complete(body: dict) -> dict:
+        prompt = body["messages"][0]["content"]
+        doc_id, title, body_text = re.search(r"\[(\S+)\] (.*)\n(.*(?:\n(?!\n).*)*)", prompt).groups()
+        line = next(
+            (x for x in body_text.splitlines() if ":" in x and not x.startswith("{")), body_text.splitlines()[0]
+        )
+        key, _, value = line.partition(":")
+        kind = next(kinds)
+        reply = {
+            "good": {"question": f"What is the {key.lower()} of {title}?", "answer": value.strip(),
+                     "quotes": [{"doc_id": doc_id, "text": line}]},
+            "hallucinated": {"question": f"What is the {key.lower()} of {title}?", "answer": "Atlantis",
+                             "quotes": [{"doc_id": doc_id, "text": f"{key}: Atlantis"}]},
+            "leaking": {"question": f"Is {value.strip()} the {key.lower()} of {title}?", "answer": value.strip(),
+                        "quotes": [{"doc_id": doc_id, "text": line}]},
+        }.get(kind)  # fmt: skip
+        content = json.dumps(reply) if reply else "Sure! Here is a question about the documents."
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}]}  # fmt: skip
+
+    return app
+
+
+def test_llm_generator_failures_are_dropped_with_their_reasons(tmp_path):
+    docs = [d for d in _corpus() if not d.text.startswith("{")]
+    with BackgroundServer(_scripted_generator()) as server:
+        writer = taskgen.LLMWriter(taskgen.GeneratorConfig(base_url=server.base_url + "/v1"))
+        index = SearchIndex(docs, tmp_path / "index")
+        run = taskgen.generate(docs, index, writer, count=50, hops=[1], out=tmp_path / "t.jsonl", max_attempts=12)
+    assert run.attempts == 12 and len(run.kept) >= 1
+    assert run.dropped["malformed_output"] == 3 and run.dropped["quote_not_in_source"] == 3
+    assert run.dropped["answer_in_question"] == 3
+    assert len(run.kept) + sum(run.dropped.values()) == 12  # the good ones kept, or dropped for a reason
