@@ -103,3 +103,21 @@ def test_llm_generator_failures_are_dropped_with_their_reasons(tmp_path):
     assert run.dropped["malformed_output"] == 3 and run.dropped["quote_not_in_source"] == 3
     assert run.dropped["answer_in_question"] == 3
     assert len(run.kept) + sum(run.dropped.values()) == 12  # the good ones kept, or dropped for a reason
+
+
+def test_demonstrations_are_filtered_by_recall_with_capped_negatives():
+    from harnessrl.envs.search.reward import DemoFilter, filter_demonstrations
+    from harnessrl.types import Episode, Outcome, Task
+
+    def demo(seen: list[str], returned: list[str]) -> Episode:
+        info = {"trajectory_doc_ids": seen, "doc_ids": returned}
+        return Episode(task=Task(data={"gold_doc_ids": ["a", "b"]}), outcome=Outcome(info=info))
+
+    good = [demo(["a", "b"], ["a"]) for _ in range(20)]  # trajectory 1.0, output 0.5
+    seen_only = [demo(["a", "b"], []) for _ in range(5)]  # output 0 < 0.4
+    weak = [demo(["a"], ["a"]) for _ in range(5)]  # trajectory 0.5, not above 0.5
+    zero = [demo(["x"], ["y"]) for _ in range(10)]
+    kept, counts = filter_demonstrations(good + seen_only + weak + zero, DemoFilter())
+    assert counts == {"episodes": 40, "above_trajectory_recall": 25, "above_both": 20, "zero_recall": 10,
+                      "negatives_kept": 1, "kept": 21}  # fmt: skip
+    assert kept[:20] == good and kept[20] is zero[0]

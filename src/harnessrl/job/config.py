@@ -8,6 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harnessrl.envs.search.reward import DemoFilter
 from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.rewards import Schedule, anneal_to_zero
 from harnessrl.rollout import RolloutConfig
@@ -41,6 +42,9 @@ class SFTConfig(_Strict):
     batch_episodes: int = 16
     lr: float = 1e-3
     demos_per_task: int = Field(default=1, ge=1)
+    filter: DemoFilter | None = Field(
+        default=None, description="keep demonstrations by trajectory / output recall (Context-1); none keeps all"
+    )
     save_every: int = Field(default=20, ge=1, description="checkpoint every N steps (and at the end)")
     precision: Precision = Field(
         default="auto", description="auto: bf16 autocast where the CPU has it natively, else fp32"

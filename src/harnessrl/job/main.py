@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
+from harnessrl.envs.search.reward import filter_demonstrations
 from harnessrl.eval.evaluate import bootstrap_ci
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
@@ -156,6 +157,12 @@ class _Job:
 
     async def _sft(self, demos: list[Episode]) -> None:
         cfg = self.config.sft
+        if cfg.filter is not None:  # Context-1's recall filter; counts at each threshold in sft/filter.json
+            demos, counts = filter_demonstrations(demos, cfg.filter)
+            (self.out / "sft").mkdir(parents=True, exist_ok=True)
+            (self.out / "sft" / "filter.json").write_text(json.dumps(counts, indent=1))
+            if not demos:
+                raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
         train_cfg = TrainConfig(
             lr=cfg.lr,
             schedule="cosine",

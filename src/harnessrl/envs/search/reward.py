@@ -14,6 +14,8 @@ turn penalty is Composer 2's concave effort cost).
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harnessrl.rewards import Reward, Schedule, Term
 from harnessrl.rewards import detectors as d
 from harnessrl.types import Episode
@@ -66,3 +68,38 @@ def context1_reward(
         ],
         clamp=(-1.0, 2.0),
     )
+
+
+class DemoFilter(BaseModel):
+    """Context-1's SFT filter: keep trajectories that found enough and returned enough of the gold
+    documents, plus a capped share of zero-recall ones as negatives."""
+
+    model_config = ConfigDict(extra="forbid")
+    trajectory_recall: float = Field(default=0.5, ge=0, le=1, description="keep when above: gold docs seen")
+    output_recall: float = Field(default=0.4, ge=0, le=1, description="keep when above: gold docs returned")
+    negatives: float = Field(default=0.05, ge=0, le=1, description="zero-recall episodes kept, as a share of the kept")
+
+
+def recalls(e: Episode) -> tuple[float, float]:
+    """(trajectory recall, output recall) against the task's gold documents."""
+    gold = set(e.task.data.get("gold_doc_ids", []))
+    seen, returned = _docs(e, "trajectory_doc_ids"), _docs(e, "doc_ids")
+    return len(seen & gold) / max(1, len(gold)), len(returned & gold) / max(1, len(gold))
+
+
+def filter_demonstrations(episodes: list[Episode], rule: DemoFilter) -> tuple[list[Episode], dict[str, int]]:
+    """The kept episodes (positives in order, then negatives) and how many passed each threshold."""
+    scored = [(e, *recalls(e)) for e in episodes]
+    seen_ok = [x for x in scored if x[1] > rule.trajectory_recall]
+    positives = [e for e, _, output in seen_ok if output > rule.output_recall]
+    zero = [e for e, trajectory, output in scored if trajectory == 0 and output == 0]
+    negatives = zero[: int(rule.negatives * len(positives))]
+    counts = {
+        "episodes": len(episodes),
+        "above_trajectory_recall": len(seen_ok),
+        "above_both": len(positives),
+        "zero_recall": len(zero),
+        "negatives_kept": len(negatives),
+        "kept": len(positives) + len(negatives),
+    }
+    return positives + negatives, counts
