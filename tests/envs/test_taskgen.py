@@ -121,3 +121,29 @@ def test_demonstrations_are_filtered_by_recall_with_capped_negatives():
     assert counts == {"episodes": 40, "above_trajectory_recall": 25, "above_both": 20, "zero_recall": 10,
                       "negatives_kept": 1, "kept": 21}  # fmt: skip
     assert kept[:20] == good and kept[20] is zero[0]
+
+
+def test_generated_tasks_train_the_search_job(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(d.model_dump_json() + "\n" for d in _corpus()))
+    subprocess.run(
+        [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--out", str(tmp_path / "tasks.jsonl"),
+         "--count", "16", "--test-share", "0.3"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (tmp_path / "job.yaml").write_text(
+        "model: tiny\neval_tasks: 2\neval_repeats: 1\nagent: {max_turns: 2, max_tokens: 16}\n"
+        "sft: {steps: 1, batch_episodes: 4, filter: {trajectory_recall: 0.0, output_recall: 0.0}}\n"
+        "rl: {updates: 1, validation_tasks: 2, validation_repeats: 1, validate_every: 1,\n"
+        "     rollout: {group_size: 2, groups_per_update: 1, staleness: 0}}\n"
+    )
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--corpus", str(corpus),
+         "--tasks", str(tmp_path / "tasks.jsonl"), "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads((out / "sft" / "filter.json").read_text())
+    assert counts["kept"] == counts["above_both"] + counts["negatives_kept"] and counts["episodes"] > 0
+    assert "heldout_success_after" in json.loads((out / "summary.json").read_text())
