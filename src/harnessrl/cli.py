@@ -651,6 +651,7 @@ def tasks(
     hops: str = typer.Option("1", help="hop counts to draw from, e.g. 1,2"),
     test_share: float = typer.Option(0.2, min=0.0, max=1.0, help="share of documents whose tasks are test tasks"),
     seed: int = typer.Option(0),
+    max_attempts: int | None = typer.Option(None, min=1, help="stop after this many attempts; default 20 x count"),
     audit: Path | None = typer.Option(None, help="instead: re-verify this tasks.jsonl against --corpus"),
 ) -> None:
     """Generate search tasks from a corpus (explore, write, verify quotes, distractors, split by document)."""
@@ -687,7 +688,7 @@ def tasks(
         job = bar.add_task("kept", total=count, tries=0)
         index = SearchIndex(docs, Path(folder) / "index")
         run = taskgen.generate(
-            docs, index, writer, count, hop_list, out, seed, test_share,
+            docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
             progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
         )  # fmt: skip
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))
