@@ -653,6 +653,7 @@ def tasks(
     seed: int = typer.Option(0),
     max_attempts: int | None = typer.Option(None, min=1, help="stop after this many attempts; default 20 x count"),
     audit: Path | None = typer.Option(None, help="instead: re-verify this tasks.jsonl against --corpus"),
+    judge: Path | None = typer.Option(None, help="with --audit: a judge config (YAML) that scores answerability"),
 ) -> None:
     """Generate search tasks from a corpus (explore, write, verify quotes, distractors, split by document)."""
     import tempfile
@@ -668,7 +669,17 @@ def tasks(
     try:
         docs = read_jsonl(corpus, Doc)
         if audit is not None:
-            print(json.dumps(taskgen.audit(read_jsonl(audit, SearchTask), docs)))
+            items = read_jsonl(audit, SearchTask)
+            report = taskgen.audit(items, docs)
+            if judge is not None:
+                import asyncio
+
+                from harnessrl.rewards.judge import Judge, JudgeConfig
+
+                config = JudgeConfig.model_validate(yaml.safe_load(judge.read_text()))
+                config.rubric = taskgen.ANSWERABLE
+                report |= asyncio.run(taskgen.answerability(items, Judge(config)))
+            print(json.dumps(report))
             return
         hop_list = [int(h) for h in hops.split(",")]
         if not set(hop_list) <= {1, 2, 3}:

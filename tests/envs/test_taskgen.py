@@ -147,3 +147,32 @@ def test_generated_tasks_train_the_search_job(tmp_path):
     counts = json.loads((out / "sft" / "filter.json").read_text())
     assert counts["kept"] == counts["above_both"] + counts["negatives_kept"] and counts["episodes"] > 0
     assert "heldout_success_after" in json.loads((out / "summary.json").read_text())
+
+
+async def test_audit_scores_answerability_with_a_judge():
+    from harnessrl.envs.search.data import Quote
+    from harnessrl.rewards.judge import Judge, JudgeConfig
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def judge(body: dict) -> dict:
+        prompt = body["messages"][-1]["content"]
+        content = (
+            "no idea"
+            if "Corrin" in prompt
+            else json.dumps({"scores": [{"id": 0, "score": 0.0 if "Atlantis" in prompt else 1.0}]})
+        )
+        return {"id": "j", "object": "chat.completion", "created": 0, "model": "judge",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}  # fmt: skip
+
+    def task(town: str, answer: str) -> SearchTask:
+        quote = Quote(doc_id="d", text=f"Mayor: {answer}")
+        return SearchTask(id=town, question=f"Who is the mayor of {town}?", answer=answer, gold_doc_ids=["d"],
+                          split="train", quotes=[quote])  # fmt: skip
+
+    items = [task("Arlen", "Mara Quell"), task("Bexby", "Atlantis"), task("Corrin", "Ilse Dorn")]
+    with BackgroundServer(app) as server:
+        config = JudgeConfig(base_url=server.base_url + "/v1", retries=0, rubric=taskgen.ANSWERABLE)
+        result = await taskgen.answerability(items, Judge(config))
+    assert result == {"judged": 2, "judge_failures": 1, "answerable_share": 0.5}

@@ -281,3 +281,36 @@ def audit(tasks: list[SearchTask], docs: list[Doc]) -> dict:
         "pass_share": round(passed / max(len(tasks), 1), 4),
         "failed": dict(reasons),
     }
+
+
+ANSWERABLE = (
+    "Score 1 when the answer is correct for the question and follows from the supporting passages alone, "
+    "and the question is clear; 0 otherwise."
+)
+
+
+async def answerability(tasks: list[SearchTask], judge) -> dict:
+    """A judge (rewards.judge.Judge) scores each task's answer against its question and quotes."""
+    import asyncio
+
+    from harnessrl.types import Episode, Outcome, Task
+
+    slots = asyncio.Semaphore(8)
+
+    async def score(task: SearchTask) -> float | None:
+        passages = "\n".join(f"[{q.doc_id}] {q.text}" for q in task.quotes)
+        episode = Episode(task=Task(prompt=f"Question: {task.question}\nSupporting passages:\n{passages}"),
+                          outcome=Outcome(answer=task.answer))  # fmt: skip
+        async with slots:
+            try:
+                return await judge.pointwise(episode)
+            except Exception:  # a judge that failed is counted, never a 0
+                return None
+
+    scores = await asyncio.gather(*(score(t) for t in tasks))
+    judged = [s for s in scores if s is not None]
+    return {
+        "judged": len(judged),
+        "judge_failures": len(scores) - len(judged),
+        "answerable_share": round(sum(s >= 0.5 for s in judged) / max(len(judged), 1), 4),
+    }
