@@ -49,6 +49,13 @@ def _serve(*args: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the server did not come up")
 
 
+def _until(condition, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 def _episode(url: str) -> tuple[str, str]:
     data = httpx.post(url + "/v1/episodes", headers={"Authorization": f"Bearer {ADMIN}"}, json={}).json()
     return data["id"], data["api_key"]
@@ -94,8 +101,7 @@ class Burst:
 def test_every_acknowledged_call_survives_a_sigkill(tmp_path):
     server, url = _serve("--model", "tiny", "--store", str(tmp_path / "t.db"))
     with Burst(url) as burst:
-        while len(burst.acked) < 40:
-            time.sleep(0.05)
+        _until(lambda: len(burst.acked) >= 40, "40 answered calls")
         os.kill(server.pid, signal.SIGKILL)
     server.wait()
     stored = Store(tmp_path / "t.db").response_ids()
@@ -111,20 +117,17 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
     server, url = _serve("--registry", str(registry.root))
     try:
         with Burst(url) as burst:
-            while len(burst.acked) < 20:
-                time.sleep(0.05)
+            _until(lambda: len(burst.acked) >= 20, "20 answered calls")
             done = subprocess.run(
                 [sys.executable, "-m", "harnessrl", "promote", "v2", "--registry", str(registry.root)],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             assert json.loads(done.stdout.splitlines()[-1]) == {"promoted": "weather@v2", "previous": "weather@v1"}
-            while not any(r["system_fingerprint"] == "policy-v2" for r in burst.acked[-6:]):
-                time.sleep(0.01)
+            _until(lambda: any(r["system_fingerprint"] == "policy-v2" for r in burst.acked[-6:]), "an answer from v2")
             first_v2 = min(r["acked_at"] for r in burst.acked if r["system_fingerprint"] == "policy-v2")
             switch = first_v2 - (registry.root / "PROMOTED").stat().st_mtime  # from the atomic write
             settled = len(burst.acked)
-            while len(burst.acked) < settled + 20:
-                time.sleep(0.05)
+            _until(lambda: len(burst.acked) >= settled + 20, "20 more answers")
         assert burst.failed == []
         print(f"switch seconds (PROMOTED written -> first answer from v2): {switch:.3f}")
         assert switch < 10  # a sanity bound: the < 1 s figure is benchmarks/promotion.py's (no timed asserts here)
