@@ -698,8 +698,11 @@ def tasks(
     ) as bar:  # fmt: skip
         job = bar.add_task("kept", total=count, tries=0)
         index = SearchIndex(docs, Path(folder) / "index")
-        run = taskgen.generate(
-            docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
-            progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
-        )  # fmt: skip
+        try:
+            run = taskgen.generate(
+                docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
+                progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
+            )  # fmt: skip
+        except FileExistsError as exc:
+            _fail(str(exc))
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

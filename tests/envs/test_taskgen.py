@@ -62,6 +62,10 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, check=True)  # resumed: already complete
     assert json.loads(again.stdout.strip().splitlines()[-1])["kept"] == 12
     assert len(out.read_text().splitlines()) == 12
+    (tmp_path / "mine.jsonl").write_text('{"id": "hand-made"}\n')  # a user's own file is never overwritten
+    refused = subprocess.run([*command[:7], str(tmp_path / "mine.jsonl"), *command[8:]], capture_output=True, text=True)
+    assert refused.returncode == 2 and "not ours to resume" in refused.stderr
+    assert (tmp_path / "mine.jsonl").read_text() == '{"id": "hand-made"}\n'
 
 
 def _scripted_generator() -> FastAPI:

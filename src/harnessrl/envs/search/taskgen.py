@@ -212,6 +212,10 @@ def generate(
         run.kept = [SearchTask.model_validate_json(line) for line in out.read_text().splitlines() if line.strip()]
         state = json.loads(state_path.read_text())
         run.attempts, run.dropped, run.hops = state["attempts"], Counter(state["dropped"]), Counter(state["hops"])
+    elif out.is_file() and out.stat().st_size:
+        raise FileExistsError(
+            f"{out}: exists and has no {state_path.name} (not ours to resume): remove it or pick --out"
+        )
     else:
         out.write_text("")
     seen = {normalise(t.question) for t in run.kept}
@@ -219,7 +223,7 @@ def generate(
     while len(run.kept) < count and run.attempts < limit:
         rng = random.Random(f"{seed}:{run.attempts}")  # each attempt its own stream: a resumed run repeats none
         run.attempts += 1
-        task = _attempt(docs, by_id, index, writer, rng, rng.choice(hops), seen, test_share, distractors, run)
+        task = _attempt(docs, by_id, index, writer, rng, rng.choice(hops), seen, test_share, distractors)
         if isinstance(task, str):
             run.dropped[task] += 1
         else:
@@ -234,7 +238,7 @@ def generate(
     return run
 
 
-def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors, run) -> SearchTask | str:
+def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors) -> SearchTask | str:
     seed_doc = rng.choice(docs)
     found = dict.fromkeys(c.doc_id for c in index.search(seed_doc.title or seed_doc.text[:200], k=6))
     neighbours = [by_id[i] for i in found if i != seed_doc.id]
