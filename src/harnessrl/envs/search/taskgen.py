@@ -169,9 +169,9 @@ class LLMWriter:
         documents = "\n\n".join(f"[{d.id}] {d.title or ''}\n{d.text[:1500]}" for d in shown)
         prompt = (
             f"Documents:\n{documents}\n\nWrite one question that needs {hops} of these documents to answer "
-            "(it must not contain the answer), its short answer, and quotes copied word for word from the "
-            'documents that support it. Reply with JSON only: {"question": "...", "answer": "...", '
-            '"quotes": [{"doc_id": "...", "text": "..."}]}'
+            "(it must not contain the answer), its short answer, and a quote copied word for word from each "
+            "document that supports it. Reply in exactly this form (or as JSON with the keys question, answer, "
+            "quotes: [{doc_id, text}]):\nQuestion: ...\nAnswer: ...\nQuote [DOCUMENT ID]: ..."
         )
         try:
             reply = self.client.chat.completions.create(
@@ -182,13 +182,33 @@ class LLMWriter:
             )
         except Exception as exc:  # openai.APIError and transport errors: a recorded drop, not a crash
             return f"generator_error:{type(exc).__name__}"
-        text = (reply.choices[0].message.content or "").strip()
-        match = re.search(r"\{.*\}", text, re.S)
-        try:
-            written = _Written.model_validate_json(match[0] if match else text)
-        except (ValidationError, ValueError):
+        written = _parse_written((reply.choices[0].message.content or "").strip(), seed.id)
+        if written is None:
             return "malformed_output"
         return Draft(written.question.strip(), written.answer.strip(), written.quotes, hops)
+
+
+_LINE = re.compile(r"^\s*(question|answer|quote)\s*(?:\[([^\]]+)\])?\s*:\s*(.+?)\s*$", re.I | re.M)
+
+
+def _parse_written(text: str, default_doc: str) -> _Written | None:
+    """The generator's reply as JSON, or as `Question: / Answer: / Quote [ID]:` lines (what small models
+    manage); None when neither parses."""
+    match = re.search(r"\{.*\}", text, re.S)
+    try:
+        return _Written.model_validate_json(match[0] if match else text)
+    except (ValidationError, ValueError):
+        pass
+    fields: dict[str, list] = {"question": [], "answer": [], "quote": []}
+    for key, doc_id, value in _LINE.findall(text):
+        fields[key.lower()].append((doc_id.strip() or default_doc, value.strip().strip('"')))
+    if not (fields["question"] and fields["answer"] and fields["quote"]):
+        return None
+    quotes = [Quote(doc_id=doc, text=quote) for doc, quote in fields["quote"]]
+    try:
+        return _Written(question=fields["question"][0][1], answer=fields["answer"][0][1], quotes=quotes)
+    except ValidationError:
+        return None
 
 
 def generate(
