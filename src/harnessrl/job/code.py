@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import json
 import random
 import resource
@@ -38,8 +37,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.policy.sources import cache_dir
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.train import Trainer, lora_for
-from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.train import lora_for
 from harnessrl.types import Episode, Task, read_jsonl
 
 
@@ -175,26 +173,8 @@ class _CodeJob(main._Job):
 
     async def _rl(self, train: list[Task]) -> None:
         cfg = self.config.rl
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
-                          run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
-        checkpoints = self.out / "checkpoints"
-        done = 0
-        if (latest := latest_checkpoint(checkpoints)) is not None:
-            done = trainer.resume(latest).get("updates", trainer.step)
-        if cfg.updates - done <= 0:
-            return
-
-        def checkpoint(_: dict) -> None:
-            nonlocal done
-            done += 1
-            if done % cfg.save_every == 0 or done == cfg.updates:
-                trainer.save(checkpoints, cursor={"updates": done}, number=done)
-
         timeout = max(cfg.rollout.episode_timeout, self._episode_seconds())
         rollout = cfg.rollout.model_copy(
             update={"episode_timeout": timeout, "concurrency": min(cfg.rollout.concurrency, 8)}
         )
-        engine = RolloutEngine(self.gateway, self.agent, self.reward, rollout)
-        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
-        await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint,
-                           lambda episodes, _: code_metrics(episodes))  # fmt: skip
+        await self._run_rl(self.agent, self.reward, train, rollout, lambda episodes, _: code_metrics(episodes))

@@ -213,39 +213,43 @@ class _Job:
         return result
 
     async def _rl(self, agent: SearchAgent, reward, train) -> None:
+        loop = asyncio.get_running_loop()
+
+        def validate(done: int, trainer: Trainer) -> None:  # in the training thread, while rollouts go on
+            if done % self.config.rl.validate_every == 0 or done == self.config.rl.updates:
+                asyncio.run_coroutine_threadsafe(self._validate(done, agent, trainer), loop).result()
+
+        await self._run_rl(agent, reward, train, self.config.rl.rollout,
+                           at_start=lambda trainer: self._validate(0, agent, trainer), after_update=validate)  # fmt: skip
+
+    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, at_start=None, after_update=None):
+        """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the
+        job chose it), `at_start(trainer)` before the first update of a fresh run, and after each update
+        `after_update(done, trainer)` then a checkpoint every `save_every` updates (numbered by update: an
+        update whose groups all tied keeps trainer.step as it was)."""
         cfg = self.config.rl
-        trainer = Trainer(
-            self.policy.model,
-            self.policy.tokenizer,
-            cfg.train.model_copy(update={"lora": self.lora}),
-            run_dir=self.out,
-            policy=self.policy,
-            loggers=self.config.loggers,
-        )
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
+                          run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
         checkpoints = self.out / "checkpoints"
-        done = 0  # updates run (an update whose groups all tied leaves trainer.step as it was)
+        done = 0
         if (latest := latest_checkpoint(checkpoints)) is not None:
             done = trainer.resume(latest).get("updates", trainer.step)
-        if done == 0:
-            await self._validate(0, agent, trainer)
-        remaining = cfg.updates - done
-        if remaining <= 0:
+        if done == 0 and at_start is not None:
+            await at_start(trainer)
+        if cfg.updates - done <= 0:
             return
-        engine = RolloutEngine(self.gateway, agent, reward, cfg.rollout)
-        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
-        loop = asyncio.get_running_loop()
 
         def checkpoint(_: dict) -> None:  # in a thread, while rollouts go on
             nonlocal done
             done += 1
-            if done % cfg.validate_every == 0 or done == cfg.updates:
-                asyncio.run_coroutine_threadsafe(self._validate(done, agent, trainer), loop).result()
+            if after_update is not None:
+                after_update(done, trainer)
             if done % cfg.save_every == 0 or done == cfg.updates:
-                trainer.save(
-                    checkpoints, cursor={"updates": done}, number=done
-                )  # by update: a tied update keeps the step
+                trainer.save(checkpoints, cursor={"updates": done}, number=done)
 
-        await engine.train(trainer, tasks, remaining, progress=self.progress, on_update=checkpoint)
+        engine = RolloutEngine(self.gateway, harness, reward, rollout)
+        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
+        await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
 
     async def _validate(self, update: int, agent: SearchAgent, trainer: Trainer) -> None:
         """Validation success of the current weights; they go to best/ when no earlier update beat them."""

@@ -15,7 +15,6 @@ metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewa
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import random
 import resource
@@ -36,8 +35,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rewards.parl import SwarmAlarms, swarm_metrics
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.train import Trainer, lora_for
-from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.train import lora_for
 from harnessrl.types import Episode, read_jsonl
 
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
@@ -200,28 +198,12 @@ class _SwarmJob(main._Job):
 
     async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
         cfg = self.config.rl
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
-                          run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
-        checkpoints = self.out / "checkpoints"
-        done = 0
-        if (latest := latest_checkpoint(checkpoints)) is not None:
-            done = trainer.resume(latest).get("updates", trainer.step)
-        if cfg.updates - done <= 0:
-            return
         alarms = SwarmAlarms()
 
         def batch_metrics(episodes: list[Episode], step: int) -> dict[str, float]:
             metrics = swarm_metrics(episodes, self.reward, step)
             return metrics | alarms.update(metrics)
 
-        def checkpoint(_: dict) -> None:
-            nonlocal done
-            done += 1
-            if done % cfg.save_every == 0 or done == cfg.updates:
-                trainer.save(checkpoints, cursor={"updates": done}, number=done)
-
         timeout = max(cfg.rollout.episode_timeout, self.config.swarm.episode_seconds())
         rollout = cfg.rollout.model_copy(update={"episode_timeout": timeout})
-        engine = RolloutEngine(self.gateway, orchestrator, self.reward, rollout)
-        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
-        await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
+        await self._run_rl(orchestrator, self.reward, train, rollout, batch_metrics)

@@ -24,6 +24,7 @@ import asyncio
 import importlib
 import importlib.util
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ from harnessrl.loop.gate import GateConfig, decide, run_benchmark
 from harnessrl.loop.registry import Registry, VersionInfo
 from harnessrl.loop.store import Store
 from harnessrl.policy import Policy
+from harnessrl.policy.model import load_model_and_tokenizer
 from harnessrl.train import TrainConfig, Trainer, lora_for
 from harnessrl.types import Episode, Task, read_jsonl
 
@@ -247,18 +249,11 @@ async def _both(candidate, current, harness, items, score, config):
 
 
 def _external(registry: Registry, folder: Path) -> Policy:
-    from harnessrl.policy.model import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer(str(folder))
-    return Policy(model, tokenizer, registry.name)
+    return Policy(*load_model_and_tokenizer(str(folder)), registry.name)
 
 
 def _copier(folder: Path):
-    import shutil
-
-    def copy(target: Path) -> None:
-        for item in Path(folder).iterdir():
-            if item.name != "version.json":
-                (shutil.copytree if item.is_dir() else shutil.copy2)(item, target / item.name)
-
-    return copy
+    """Write a candidate trained elsewhere into the staging folder (its own version.json, if any, is not ours)."""
+    return lambda target: shutil.copytree(
+        folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("version.json")
+    )

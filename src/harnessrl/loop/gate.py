@@ -13,7 +13,6 @@ score function. The gate promotes only when
 
 from __future__ import annotations
 
-import asyncio
 import random
 import statistics
 from collections.abc import Callable
@@ -21,12 +20,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.eval.heldout import evaluate
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.harness import Harness
 from harnessrl.policy import Policy
-from harnessrl.rewards import Reward, Term
 from harnessrl.rewards.detectors import clarifying_question
-from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Episode, Task
 
 _KEY = "gate-admin-key-local"
@@ -63,19 +61,13 @@ async def run_benchmark(
     policy: Policy, harness: Harness, items: list[Task], score: Callable[[Episode], float], config: GateConfig
 ) -> Side:
     gateway = GatewayClient(_KEY, app=create_app(policy, _KEY))
-    engine = RolloutEngine(
-        gateway,
-        harness,
-        Reward([Term("score", score)]),
-        RolloutConfig(group_size=max(2, config.repeats), concurrency=config.concurrency, failure_reward=0.0),
-    )
-    try:
-        runs = [(task, engine.episode(task)) for task in items for _ in range(config.repeats)]
-        episodes = await asyncio.gather(*(run for _, run in runs))
+    tasks = [task for task in items for _ in range(config.repeats)]
+    try:  # run exactly as held-out evaluation runs them (a failed episode scores 0)
+        _, episodes = await evaluate(gateway, harness, tasks, config.concurrency, timeout=120.0)
     finally:
         await gateway.aclose()
     by_item: dict[str, list[float]] = {}
-    for (task, _), episode in zip(runs, episodes):
+    for task, episode in zip(tasks, episodes):
         by_item.setdefault(task.id, []).append(score(episode) if episode.status == "finished" else 0.0)
     calls = [c for e in episodes for c in e.calls if c.trainable]
     return Side(

@@ -55,6 +55,7 @@ class VLLMEngine:
         self.context = model.config.max_position_embeddings
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self._lock = threading.Lock()
+        self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         served = self._http.get("/v1/models").json()["data"]
         self.served_name = served[0]["id"]  # the model the server was started with
         self.sync_seconds: list[float] = []
@@ -63,6 +64,22 @@ class VLLMEngine:
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
         version = self.version
+        response = await self._client().post("/v1/completions", json=self._body(prompt_ids, params, n, version))
+        return self._completions(response, version, params)
+
+    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
+        version = self.version
+        response = self._http.post("/v1/completions", json=self._body(prompt_ids, params, 1, version))
+        return self._completions(response, version, params)[0]
+
+    def _client(self) -> httpx.AsyncClient:
+        """One connection pool for the event loop the gateway runs on, not one per request."""
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, httpx.AsyncClient(base_url=self.url, timeout=self.timeout))
+        return self._async[1]
+
+    def _body(self, prompt_ids: list[int], params: SamplingParams, n: int, version: int) -> dict:
         body = {
             "model": self.served_name,
             "prompt": prompt_ids,
@@ -81,14 +98,12 @@ class VLLMEngine:
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout) as client:
-            response = await client.post("/v1/completions", json=body)
+        return body
+
+    def _completions(self, response: httpx.Response, version: int, params: SamplingParams) -> list[Completion]:
         if response.status_code != 200:
             raise RuntimeError(f"vLLM {self.url}: {response.status_code} {response.text[:500]}")
         return [_completion(choice, version, params) for choice in response.json()["choices"]]
-
-    def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
-        return asyncio.run(self.generate(prompt_ids, params))[0]
 
     # ---- weights ----
 
