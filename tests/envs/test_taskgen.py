@@ -28,7 +28,8 @@ def _corpus() -> list[Doc]:
         text = f"{town} is a river town.\nFounded: {1700 + 13 * i}\nMayor: {mayor}\nPopulation: {2000 + 311 * i}"
         docs.append(Doc(id=f"town-{i}", title=town, text=text))
     for j, person in enumerate(PEOPLE):
-        record = {"born": str(1950 + j), "occupation": ["baker", "smith", "clerk", "pilot"][j % 4]}
+        record = {"born": str(1950 + j), "occupation": ["baker", "smith", "clerk", "pilot"][j % 4],
+                  "hometown": TOWNS[(j + 3) % len(TOWNS)]}  # fmt: skip
         docs.append(Doc(id=f"person-{j}", title=person, text=json.dumps(record)))
     return docs
 
@@ -184,3 +185,14 @@ async def test_audit_scores_answerability_with_a_judge():
         config = JudgeConfig(base_url=server.base_url + "/v1", retries=0, rubric=taskgen.ANSWERABLE)
         result = await taskgen.answerability(items, Judge(config))
     assert result == {"judged": 2, "judge_failures": 1, "answerable_share": 0.5}
+
+
+def test_rule_generator_chains_three_hops(tmp_path):
+    docs = _corpus()
+    run = taskgen.generate(docs, SearchIndex(docs, tmp_path / "index"), taskgen.RuleWriter(docs), count=3,
+                           hops=[3], out=tmp_path / "t.jsonl", test_share=0.0)  # fmt: skip
+    by_id = {d.id: d for d in docs}
+    assert len(run.kept) == 3 and run.hops == {"3": 3}
+    for task in run.kept:  # town -> its mayor -> the mayor's hometown: three documents, each quoted verbatim
+        assert len(set(task.gold_doc_ids)) == 3 and task.question.count(" of the ") == 2
+        assert all(taskgen.quote_found(q.text, by_id[q.doc_id].text) for q in task.quotes)

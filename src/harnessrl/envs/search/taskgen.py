@@ -8,7 +8,7 @@
    OpenAI-compatible endpoint, configured like the judge) writes them as JSON; without one the rule
    generator reads structured facts: `key: value` lines (and one-level JSON records, which are
    such lines too), asking "What is the KEY of TITLE?"; a value that is another document's title
-   chains a 2-hop question ("... of the KEY1 of TITLE?").
+   chains 2- and 3-hop questions ("... of the KEY1 of TITLE?").
 3. **Verify**, dropping the task with its reason: output that does not parse; a quote not found word
    for word (whitespace aside) in the document it names; an answer no quote contains; an answer the
    question already gives away; a question asked before; fewer supporting documents than hops.
@@ -128,7 +128,7 @@ def verify(draft: Draft, docs: dict[str, Doc], seen: set[str]) -> str | None:
 
 
 class RuleWriter:
-    """Questions from `key: value` facts; 2 hops through a value that is another document's title."""
+    """Questions from `key: value` facts; more hops through values that are other documents' titles."""
 
     def __init__(self, docs: list[Doc]):
         self.by_title = {normalise(d.title): d for d in docs if d.title}
@@ -140,15 +140,24 @@ class RuleWriter:
         if hops == 1:
             key, value, line = rng.choice(own)
             return Draft(f"What is the {key.lower()} of {seed.title}?", value, [Quote(doc_id=seed.id, text=line)], 1)
-        links = [(k, v, line, self.by_title[normalise(v)]) for k, v, line in own if normalise(v) in self.by_title]
-        links = [x for x in links if x[3].id != seed.id and facts(x[3])]
-        if not links:
-            return "no_link_for_hops"
-        key1, value1, line1, target = rng.choice(links)
-        key2, value2, line2 = rng.choice(facts(target))
-        question = f"What is the {key2.lower()} of the {key1.lower()} of {seed.title}?"
-        quotes = [Quote(doc_id=seed.id, text=line1), Quote(doc_id=target.id, text=line2)]
-        return Draft(question, value2, quotes, 2)
+        doc, keys, quotes = seed, [], []
+        for _ in range(hops - 1):  # follow a value that is another document's title, hops - 1 times
+            chain = {doc.id, *(q.doc_id for q in quotes)}  # no document twice on the path
+            links = [
+                (k, line, self.by_title[normalise(v)]) for k, v, line in facts(doc) if normalise(v) in self.by_title
+            ]
+            links = [x for x in links if x[2].id not in chain and facts(x[2])]
+            if not links:
+                return "no_link_for_hops"
+            key, line, target = rng.choice(links)
+            keys.append(key.lower())
+            quotes.append(Quote(doc_id=doc.id, text=line))
+            doc = target
+        key, value, line = rng.choice(facts(doc))
+        path = "".join(f" of the {k}" for k in reversed(keys))
+        return Draft(
+            f"What is the {key.lower()}{path} of {seed.title}?", value, [*quotes, Quote(doc_id=doc.id, text=line)], hops
+        )
 
 
 class LLMWriter:
