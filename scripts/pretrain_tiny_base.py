@@ -23,6 +23,7 @@ import copy
 import json
 import math
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch
 
 from harnessrl.eval.probe import probe
 from harnessrl.policy import Policy
-from harnessrl.policy.mixture import SKILLS, Mixture, render_item
+from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_messages
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 from harnessrl.train.precision import autocast, resolve
@@ -69,12 +70,22 @@ class Packer:
         if kind == "prose":
             ids = self._encode(self.mixture.prose() + "<|endoftext|>")
             return ids, ids
-        item = self.mixture.item(kind)
-        prompt = render_item(self.tokenizer, item, with_answer=False)
-        full = render_item(self.tokenizer, item, with_answer=True)
-        assert full.startswith(prompt), "the chat template must extend its generation prompt"
-        context, reply = self._encode(prompt), self._encode(full[len(prompt) :] + "<|endoftext|>")
-        return context + reply, [-100] * len(context) + reply
+        return self.render(self.mixture.item(kind))
+
+    def render(self, item: Item) -> tuple[list[int], list[int]]:
+        """An item's ids, and labels that train each of its replies (context: -100)."""
+        messages = item.messages + [{"role": "assistant", "content": item.answer}]
+        ids, labels, done = [], [], ""
+        for turn in (*item.trained, len(messages) - 1):  # every trained reply carries loss, the rest is context
+            prompt = render_messages(self.tokenizer, messages[:turn], item.tools, generation_prompt=True)
+            full = render_messages(self.tokenizer, messages[: turn + 1], item.tools, generation_prompt=False)
+            assert prompt.startswith(done) and full.startswith(prompt), "the chat template must extend its prefixes"
+            end = "<|endoftext|>" if turn == len(messages) - 1 else ""
+            context, reply = self._encode(prompt[len(done) :]), self._encode(full[len(prompt) :] + end)
+            ids += context + reply
+            labels += [-100] * len(context) + reply
+            done = full
+        return ids, labels
 
     def batch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids, labels = [], []
@@ -95,6 +106,27 @@ class Packer:
         self.mixture.rng.setstate(state["rng"])
         self.buffer, self.labels = state["buffer"], state["labels"]
         self.counts = {k: 0 for k in self.weights} | state["counts"]  # a run from before a skill was added
+
+
+def grown(state: dict, old: int, new: int) -> dict:
+    """`state` of an `old`-layer model for `new` >= `old` layers by block expansion (LLaMA Pro): the old
+    layers in order, with a copy inserted after evenly spaced ones whose attention and MLP output
+    projections are zero, so each copy starts as the identity and the grown model computes what the
+    old one did."""
+    if new < old:
+        raise SystemExit(f"--init has {old} layers: --layers {new} cannot shrink it")
+    after = [max(0, round((k + 1) * old / (new - old)) - 1) for k in range(new - old)]
+    sources = [(i, False) for i in range(old)]
+    for i in sorted(after, reverse=True):
+        sources.insert(i + 1, (i, True))
+    layer = re.compile(r"model\.layers\.(\d+)\.(.+)")
+    out = {k: v for k, v in state.items() if not layer.match(k)}
+    for j, (i, copy_) in enumerate(sources):
+        for key, value in state.items():
+            if (m := layer.match(key)) and int(m[1]) == i:
+                zero = copy_ and m[2] in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+                out[f"model.layers.{j}.{m[2]}"] = torch.zeros_like(value) if zero else value.clone()
+    return out
 
 
 def records_at(step: int, ramp: int) -> tuple[int, int]:
@@ -141,9 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--probe-minutes", type=float, default=10, help="probe (40 items a skill) this often")
-    parser.add_argument("--init", default="", help="start from these weights (a Hugging Face folder of the same size)")
+    parser.add_argument(
+        "--init", default="", help="start from these weights (a Hugging Face folder; fewer layers are grown)"
+    )
     parser.add_argument("--weights", default="", help="mixture weights to change, e.g. record_field=0.5,prose=0.05")
     parser.add_argument("--records-ramp", type=int, default=0, help="record_field curriculum length in steps")
+    parser.add_argument(
+        "--follow-ups", type=int, default=0, help="record_field drills: up to N more questions on the same records"
+    )
     return parser
 
 
@@ -155,10 +192,12 @@ def main() -> None:
     if args.init:
         from transformers import AutoModelForCausalLM
 
-        model.load_state_dict(AutoModelForCausalLM.from_pretrained(args.init, torch_dtype=torch.float32).state_dict())
+        init = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+        model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = Packer(tokenizer, args.seed, args.width, parse_weights(args.weights))
+    packer.mixture.follow_ups = args.follow_ups
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
     if args.resume or args.export_only:
@@ -166,9 +205,10 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
         state = load_state(path)
-        for key in ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp"):
+        for key in ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp", "follow_ups"):
             if state["args"].get(key, getattr(args, key)) != getattr(args, key):
-                raise SystemExit(f"--{key} {getattr(args, key)} differs from the run's {state['args'][key]}")
+                flag = "--" + key.replace("_", "-")
+                raise SystemExit(f"{flag} {getattr(args, key)} differs from the run's {state['args'][key]}")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         packer.restore(state["packer"])

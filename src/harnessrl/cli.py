@@ -119,19 +119,25 @@ def probe(
     tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
     items: int = typer.Option(200, min=1, help="fresh items per skill"),
     seed: int = typer.Option(1_000_003, help="seed of the probe items (pretraining never uses it)"),
+    record_grid: bool = typer.Option(
+        False, "--record-grid", help="record_field only, by fields per record x records shown (items per cell)"
+    ),
 ) -> None:
     """Copying / tool-use probe: accuracy per skill; the last line is one JSON object."""
     import json
 
-    from harnessrl.eval.probe import probe as run_probe
+    from harnessrl.eval import probe as probes
 
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
-        scores = run_probe(policy, items_per_skill=items, seed=seed)
+        if record_grid:
+            scores = probes.record_grid(policy, items=items, seed=seed)
+        else:
+            scores = probes.probe(policy, items_per_skill=items, seed=seed)
     finally:
         policy.close()
     for skill, accuracy in scores.items():
-        console.print(f"{skill:>13}: {accuracy:.3f}")
+        console.print(f"{skill:>22}: {accuracy:.3f}")
     print(json.dumps(scores))
 
 

@@ -1,11 +1,16 @@
 """scripts/pretrain_tiny_base.py at toy size: resumable, a second stage from given weights, bad flags named."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from harnessrl.policy.mixture import SKILLS
+import pytest
+import torch
+
+from harnessrl.policy.mixture import SKILLS, Mixture, render_item
+from harnessrl.policy.tiny import build_tiny, build_tokenizer
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pretrain_tiny_base.py"
 TOY = ["--rows", "2", "--width", "64", "--hidden", "32", "--layers", "1", "--warmup", "1", "--probe-items", "1"]
@@ -29,15 +34,57 @@ def test_a_stopped_run_resumes_without_gap_and_a_second_stage_starts_from_its_we
     exported = tmp_path / "export1"
     assert (exported / "model.safetensors").is_file()
     assert set(json.loads((exported / "probe.json").read_text())["final"]) == set(SKILLS)
-    init = ["--init", str(exported), "--weights", "record_field=0.6,entity_call=0.3", "--records-ramp", "2"]
+    init = ["--init", str(exported), "--weights", "record_field=0.6,entity_call=0.3", "--records-ramp", "2",
+            "--follow-ups", "2"]  # fmt: skip
     second = pretrain("--out", str(stage2), "--steps", "3", "--seed", "1", *init, "--export-dir", str(tmp_path / "e2"))
     assert second.returncode == 0, second.stderr[-2000:]
     assert "--init" in (tmp_path / "e2" / "README.md").read_text()
     changed = pretrain("--out", str(stage2), "--steps", "4", "--seed", "1", "--resume", "--init", str(exported),
                        "--export-dir", str(tmp_path / "e2"))  # fmt: skip
     assert changed.returncode != 0 and "--weights" in changed.stderr + changed.stdout
+    drills = pretrain("--out", str(stage2), "--steps", "4", "--seed", "1", "--resume", *init[:-2], "--follow-ups", "3",
+                      "--export-dir", str(tmp_path / "e2"))  # fmt: skip
+    assert drills.returncode != 0 and "--follow-ups" in drills.stderr + drills.stdout
 
 
 def test_an_unknown_skill_in_weights_is_named(tmp_path):
     done = pretrain("--out", str(tmp_path / "run"), "--steps", "1", "--weights", "reasoning=1")
     assert done.returncode != 0 and "reasoning" in done.stderr
+
+
+def _packer_module():
+    spec = importlib.util.spec_from_file_location("pretrain_tiny_base", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_drill_trains_every_answer_and_nothing_else():
+    tokenizer = build_tokenizer()
+    packer = _packer_module().Packer(tokenizer, seed=3, width=512, weights={"record_field": 1.0})
+    packer.mixture.follow_ups = 3
+    item = next(i for i in (packer.mixture.item("record_field") for _ in range(50)) if i.trained)
+    ids, labels = packer.render(item)
+    replies = [item.messages[i]["content"] for i in item.trained] + [item.answer]
+    trained = tokenizer.decode([i for i, label in zip(ids, labels) if label != -100])
+    assert trained == "".join(f"{r}<|im_end|>\n" for r in replies) + "<|endoftext|>"
+    assert tokenizer.decode(ids).endswith(render_item(tokenizer, item, with_answer=True) + "<|endoftext|>")
+
+
+def test_probe_items_ask_one_question():
+    mixture = Mixture(seed=11)  # follow_ups 0, as the probe draws them
+    assert all(not mixture.item("record_field").trained for _ in range(40))
+
+
+def test_a_grown_model_computes_what_the_smaller_one_did(tmp_path):
+    grown = _packer_module().grown
+    small, tokenizer = build_tiny(seed=4, hidden=32, layers=2)
+    ids = torch.tensor([tokenizer("What is the river of Kraithon? [r1] Kraithon: river Zal")["input_ids"]])
+    for layers in (3, 4, 5):
+        big, _ = build_tiny(seed=5, hidden=32, layers=layers)
+        big.load_state_dict(grown(small.state_dict(), 2, layers))
+        with torch.no_grad():
+            assert torch.equal(big(ids).logits, small(ids).logits)
+        assert sum(p.abs().sum() > 0 for p in big.parameters()) < len(list(big.parameters()))  # zeroed copies
+    with pytest.raises(SystemExit, match="cannot shrink"):
+        grown(small.state_dict(), 2, 1)

@@ -28,6 +28,31 @@ def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> 
     """Accuracy per skill on `items_per_skill` fresh items (generated from `seed`, never trained on)."""
     mixture = Mixture(seed)
     items = [mixture.item(skill) for skill in SKILLS for _ in range(items_per_skill)]
+    hits: dict[str, list[bool]] = {s: [] for s in SKILLS}
+    for item, reply in zip(items, _answers(policy, items)):
+        hits[item.skill].append(score(item, reply, policy.tool_format))
+    return {skill: sum(h) / len(h) for skill, h in hits.items()}
+
+
+def record_grid(
+    policy: Policy, items: int = 40, seed: int = 1_000_003, fields=(1, 2, 4), records=(1, 3)
+) -> dict[str, float]:
+    """`record_field` accuracy by fields per record x records shown: with one record, picking the
+    asked field is the whole skill, and 1 / fields is what a model that ignores the field word gets;
+    with one field, picking the record by name is."""
+    mixture, cells = Mixture(seed), []
+    for f in fields:
+        for r in records:
+            mixture.fields, mixture.records = (f, f), (r, r)
+            cells += [(f"fields={f} records={r}", mixture.item("record_field")) for _ in range(items)]
+    hits: dict[str, list[bool]] = {}
+    for (cell, item), reply in zip(cells, _answers(policy, [item for _, item in cells])):
+        hits.setdefault(cell, []).append(score(item, reply, policy.tool_format))
+    return {cell: sum(h) / len(h) for cell, h in hits.items()}
+
+
+def _answers(policy: Policy, items: list[Item]) -> list[str]:
+    """Greedy replies, each with a budget of the expected answer's length + 8 tokens."""
 
     async def answer(item: Item) -> str:
         prompt = policy.encode(policy.render(item.messages, item.tools, generation_prompt=True))
@@ -38,8 +63,4 @@ def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> 
     async def run() -> list[str]:
         return await asyncio.gather(*(answer(item) for item in items))
 
-    replies = asyncio.run(run())
-    hits: dict[str, list[bool]] = {s: [] for s in SKILLS}
-    for item, reply in zip(items, replies):
-        hits[item.skill].append(score(item, reply, policy.tool_format))
-    return {skill: sum(h) / len(h) for skill, h in hits.items()}
+    return asyncio.run(run())

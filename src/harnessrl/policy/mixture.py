@@ -57,6 +57,8 @@ class Item:
     answer: str  # the assistant's reply text
     tools: list[dict] | None = None
     expected_call: dict | None = field(default=None)  # for tool answers: {"name", "arguments"}
+    # indices of earlier assistant turns in `messages` that are trained too (a drill's follow-up questions)
+    trained: tuple[int, ...] = ()
 
 
 @cache
@@ -68,6 +70,8 @@ class Mixture:
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
         self.records = (2, 5)  # how many records a `record_field` item shows (pretraining ramps it up from 1)
+        self.fields = (2, 4)  # and how many fields each record has
+        self.follow_ups = 0  # up to this many more questions about the same records (pretraining; the probe asks one)
 
     # ---- values -------------------------------------------------------------------------------
 
@@ -172,7 +176,7 @@ class Mixture:
         )
 
     def _record_field(self) -> Item:
-        fields, size = [], self.rng.randint(2, 4)
+        fields, size = [], self.rng.randint(*self.fields)
         while len(fields) < size:
             candidate = self.word()
             if candidate not in fields and candidate not in ("id", "name"):
@@ -192,12 +196,18 @@ class Mixture:
             {"role": "assistant", "content": None, "tool_calls": [lookup]},
             {"role": "tool", "tool_call_id": "c0", "content": self._records_text(records)},
         ]
-        if self.rng.random() < 0.5:
-            return Item("record_field", turns, target[wanted])
-        tool, param = self._string_tool()
-        call = {"name": tool["function"]["name"], "arguments": {param: target[wanted]}}
-        turns[0]["content"] += f" Then pass it to {tool['function']['name']} as {param}."
-        return Item("record_field", turns, _call_text(call), [tool], call)
+        tool, param = (None, None) if self.rng.random() < 0.5 else self._string_tool()
+        answer, call = _field_answer(turns[0], target[wanted], tool, param)
+        trained = []
+        # a drill (pretraining only; the probe asks one question): more questions on the same records
+        for _ in range(self.rng.randint(0, self.follow_ups) if self.follow_ups else 0):
+            trained.append(len(turns))
+            turns.append({"role": "assistant", "content": answer})
+            record, wanted = self.rng.choice(records), self.rng.choice(fields)
+            ask = self.rng.choice(_FIELD_ASKS).format(f=wanted, n=record["name"])
+            turns.append({"role": "user", "content": ask})
+            answer, call = _field_answer(turns[-1], record[wanted], tool if self.rng.random() < 0.5 else None, param)
+        return Item("record_field", turns, answer, [tool] if tool else None, call, tuple(trained))
 
     def _records_text(self, records: list[dict]) -> str:
         """Records as a JSON list, or one `[id] name: field value; ...` line each."""
@@ -272,6 +282,16 @@ _QUESTIONS = [
     "{n}: which {w1}?",
     "why {w1} {n} {w2}",
 ]
+# a drill's follow-ups: the field word in the middle or at the end, so that it, not its position, is what counts
+_FIELD_ASKS = [
+    "What is the {f} of {n}?",
+    "And the {f} of {n}?",
+    "{n}: {f}?",
+    "For {n}, what is the {f}?",
+    "Give the {f} for {n}.",
+    "Which {f} does {n} have?",
+    "Now {n}, the {f}.",
+]
 _ENTITY_ASKS = [
     "What is the {k} in {e}?",
     "What's the {k} like for {e} today?",
@@ -292,6 +312,15 @@ _QUOTE_RULES = [
 ]
 
 
+def _field_answer(question: dict, value: str, tool: dict | None, param: str | None) -> tuple[str, dict | None]:
+    """The value itself, or (with a tool) a call passing it on, as `question` is made to ask."""
+    if tool is None:
+        return value, None
+    question["content"] += f" Then pass it to {tool['function']['name']} as {param}."
+    call = {"name": tool["function"]["name"], "arguments": {param: value}}
+    return _call_text(call), call
+
+
 def _call_text(call: dict) -> str:
     return f"<tool_call>{json.dumps(call, ensure_ascii=False)}</tool_call>"
 
@@ -299,6 +328,8 @@ def _call_text(call: dict) -> str:
 def render_item(tokenizer, item: Item, with_answer: bool) -> str:
     """The chat text of an item: with the answer (training) or ending at the generation prompt (probing)."""
     messages = item.messages + ([{"role": "assistant", "content": item.answer}] if with_answer else [])
-    return tokenizer.apply_chat_template(
-        messages, tools=item.tools, tokenize=False, add_generation_prompt=not with_answer
-    )
+    return render_messages(tokenizer, messages, item.tools, generation_prompt=not with_answer)
+
+
+def render_messages(tokenizer, messages: list[dict], tools: list[dict] | None, generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
