@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from harnessrl.policy.sampling import sample_next
+from harnessrl.policy.sampling import sample_next, sampling_logprobs
 
 
 def _logits(*probs: float) -> torch.Tensor:
@@ -54,3 +54,12 @@ def test_zero_probability_tokens_are_never_drawn():
     ids, logprobs = sample_next(logits, torch.ones(2000), torch.ones(2000), [None] * 2000)
     assert set(ids.tolist()) == {0, 2}
     assert torch.allclose(logprobs, torch.full((2000,), math.log(0.5)))
+
+
+def test_a_subnormal_temperature_samples_like_a_tiny_one_with_finite_logprobs():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    for t in (1e-40, 1e-44, 1e-7):  # float32 subnormals overflowed logits / T to inf: NaN logprobs, token 0
+        temperature, top_p = torch.full((3,), t), torch.tensor([1.0, 0.5, 0.9])
+        ids, logprobs = sample_next(logits, temperature, top_p, [None] * 3)
+        assert torch.isfinite(logprobs).all() and torch.equal(ids, logits.argmax(-1))
+        assert torch.isfinite(sampling_logprobs(logits, temperature, top_p).gather(-1, ids[:, None])).all()
