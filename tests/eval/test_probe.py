@@ -1,7 +1,6 @@
 import json
 
-from harnessrl.eval import probe as probe_module
-from harnessrl.eval.probe import probe, score
+from harnessrl.eval.probe import probe, record_grid, score
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Mixture, render_item
 from harnessrl.policy.model import TINY_BASE
@@ -58,7 +57,7 @@ def test_the_shipped_tiny_base_loads_and_beats_clear_floors_on_fresh_items():
 def test_the_record_grid_separates_finding_the_field_from_finding_the_record():
     policy = Policy.load("tiny-base")
     try:
-        grid = probe_module.record_grid(policy, items=8, seed=987_654)
+        grid = record_grid(policy, items=8, seed=987_654)
     finally:
         policy.close()
     assert set(grid) == {f"fields={f} records={r}" for f in (1, 2, 4) for r in (1, 3)}

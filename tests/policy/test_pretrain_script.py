@@ -52,7 +52,7 @@ def test_an_unknown_skill_in_weights_is_named(tmp_path):
     assert done.returncode != 0 and "reasoning" in done.stderr
 
 
-def _packer_module():
+def _script():
     spec = importlib.util.spec_from_file_location("pretrain_tiny_base", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -61,7 +61,7 @@ def _packer_module():
 
 def test_a_drill_trains_every_answer_and_nothing_else():
     tokenizer = build_tokenizer()
-    packer = _packer_module().Packer(tokenizer, seed=3, width=512, weights={"record_field": 1.0})
+    packer = _script().Packer(tokenizer, seed=3, width=512, weights={"record_field": 1.0})
     packer.mixture.follow_ups = 3
     item = next(i for i in (packer.mixture.item("record_field") for _ in range(50)) if i.trained)
     ids, labels = packer.render(item)
@@ -76,8 +76,8 @@ def test_probe_items_ask_one_question():
     assert all(not mixture.item("record_field").trained for _ in range(40))
 
 
-def test_a_grown_model_computes_what_the_smaller_one_did(tmp_path):
-    grown = _packer_module().grown
+def test_a_grown_model_computes_what_the_smaller_one_did():
+    grown = _script().grown
     small, tokenizer = build_tiny(seed=4, hidden=32, layers=2)
     ids = torch.tensor([tokenizer("What is the river of Kraithon? [r1] Kraithon: river Zal")["input_ids"]])
     for layers in (3, 4, 5):

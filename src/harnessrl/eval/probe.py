@@ -27,11 +27,7 @@ def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
 def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> dict[str, float]:
     """Accuracy per skill on `items_per_skill` fresh items (generated from `seed`, never trained on)."""
     mixture = Mixture(seed)
-    items = [mixture.item(skill) for skill in SKILLS for _ in range(items_per_skill)]
-    hits: dict[str, list[bool]] = {s: [] for s in SKILLS}
-    for item, reply in zip(items, _answers(policy, items)):
-        hits[item.skill].append(score(item, reply, policy.tool_format))
-    return {skill: sum(h) / len(h) for skill, h in hits.items()}
+    return _accuracy(policy, [(s, mixture.item(s)) for s in SKILLS for _ in range(items_per_skill)])
 
 
 def record_grid(
@@ -45,10 +41,15 @@ def record_grid(
         for r in records:
             mixture.fields, mixture.records = (f, f), (r, r)
             cells += [(f"fields={f} records={r}", mixture.item("record_field")) for _ in range(items)]
+    return _accuracy(policy, cells)
+
+
+def _accuracy(policy: Policy, keyed: list[tuple[str, Item]]) -> dict[str, float]:
+    """Share of items answered exactly, per key, in the keys' first-seen order."""
     hits: dict[str, list[bool]] = {}
-    for (cell, item), reply in zip(cells, _answers(policy, [item for _, item in cells])):
-        hits.setdefault(cell, []).append(score(item, reply, policy.tool_format))
-    return {cell: sum(h) / len(h) for cell, h in hits.items()}
+    for (key, item), reply in zip(keyed, _answers(policy, [item for _, item in keyed])):
+        hits.setdefault(key, []).append(score(item, reply, policy.tool_format))
+    return {key: sum(h) / len(h) for key, h in hits.items()}
 
 
 def _answers(policy: Policy, items: list[Item]) -> list[str]:

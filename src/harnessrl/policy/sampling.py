@@ -16,13 +16,14 @@ def sampling_logprobs(
     logits (N, V), any float dtype (computed in fp32); temperature and top_p (N,). The nucleus (Holtzman
     et al. 2020) is the smallest set of most likely tokens whose mass reaches top_p, renormalised; rows
     with top_p = 1 are not cut at all (a cumulative sum that rounds to 1 early must not drop tail
-    tokens). Temperature 0 (greedy) is scored at T = 1; positive temperatures under 1e-6 at 1e-6. `keep` (N,) names one token per row that stays in
-    the nucleus whatever its rank: the trainer passes the sampled token, so a token that later weights
-    push out of the nucleus gets a small probability instead of -inf (on policy it is in the nucleus
-    anyway, and the result is the sampler's exactly). The mask is chosen without gradient.
+    tokens). Temperature 0 (greedy) is scored at T = 1, positive temperatures under 1e-6 at 1e-6.
+    `keep` (N,) names one token per row that stays in the nucleus whatever its rank: the trainer passes
+    the sampled token, so a token that later weights push out of the nucleus gets a small probability
+    instead of -inf (on policy it is in the nucleus anyway, and the result is the sampler's exactly).
+    The mask is chosen without gradient.
     """
-    # a positive temperature below 1e-6 is scored as 1e-6: dividing by a subnormal one overflows to inf
-    # (NaN logprobs); at 1e-6 the distribution is already the argmax's for any logits this side of 1e-5 apart
+    # dividing by a subnormal temperature overflows to inf (NaN logprobs); at 1e-6 the distribution is
+    # already a point mass on the argmax unless two logits lie within ~1e-5 of each other
     scale = torch.where(temperature > 0, temperature.float().clamp_min(1e-6), torch.ones_like(temperature).float())
     logp = torch.log_softmax(logits.float() / scale[:, None], dim=-1)  # (N, V)
     cut = top_p < 1
