@@ -250,7 +250,7 @@ def main() -> None:
         wall += seconds
         record = {
             "step": step,
-            "loss": float(loss),
+            "loss": loss.item(),
             "lr": optimizer.param_groups[0]["lr"],
             "tok_s": ids.numel() / seconds,
             "wall_seconds": wall,

@@ -122,6 +122,9 @@ def probe(
     record_grid: bool = typer.Option(
         False, "--record-grid", help="record_field only, by fields per record x records shown (items per cell)"
     ),
+    temperature: float = typer.Option(
+        0.0, min=0.0, help="0: greedy; above 0: one seeded sample an item, as RL's rollouts draw (T = 1)"
+    ),
 ) -> None:
     """Copying / tool-use probe: accuracy per skill; the last line is one JSON object."""
     import json
@@ -131,9 +134,9 @@ def probe(
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
         if record_grid:
-            scores = probes.record_grid(policy, items=items, seed=seed)
+            scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)
         else:
-            scores = probes.probe(policy, items_per_skill=items, seed=seed)
+            scores = probes.probe(policy, items_per_skill=items, seed=seed, temperature=temperature)
     finally:
         policy.close()
     for skill, accuracy in scores.items():

@@ -24,14 +24,18 @@ def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
     return [(n, json.loads(a)) for n, a in parsed.calls] == [(expected["name"], expected["arguments"])]
 
 
-def probe(policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003) -> dict[str, float]:
-    """Accuracy per skill on `items_per_skill` fresh items (generated from `seed`, never trained on)."""
+def probe(
+    policy: Policy, items_per_skill: int = 100, seed: int = 1_000_003, temperature: float = 0.0
+) -> dict[str, float]:
+    """Accuracy per skill on `items_per_skill` fresh items (generated from `seed`, never trained on),
+    answered greedily, or with one sample at `temperature` (what RL's rollouts draw)."""
     mixture = Mixture(seed)
-    return _accuracy(policy, [(s, mixture.item(s)) for s in SKILLS for _ in range(items_per_skill)])
+    keyed = [(s, mixture.item(s)) for s in SKILLS for _ in range(items_per_skill)]
+    return _accuracy(policy, keyed, temperature, seed)
 
 
 def record_grid(
-    policy: Policy, items: int = 40, seed: int = 1_000_003, fields=(1, 2, 4), records=(1, 3)
+    policy: Policy, items: int = 40, seed: int = 1_000_003, fields=(1, 2, 4), records=(1, 3), temperature: float = 0.0
 ) -> dict[str, float]:
     """`record_field` accuracy by fields per record x records shown: with one record, picking the
     asked field is the whole skill, and 1 / fields is what a model that ignores the field word gets;
@@ -41,27 +45,32 @@ def record_grid(
         for r in records:
             mixture.fields, mixture.records = (f, f), (r, r)
             cells += [(f"fields={f} records={r}", mixture.item("record_field")) for _ in range(items)]
-    return _accuracy(policy, cells)
+    return _accuracy(policy, cells, temperature, seed)
 
 
-def _accuracy(policy: Policy, keyed: list[tuple[str, Item]]) -> dict[str, float]:
+def _accuracy(
+    policy: Policy, keyed: list[tuple[str, Item]], temperature: float = 0.0, seed: int = 0
+) -> dict[str, float]:
     """Share of items answered exactly, per key, in the keys' first-seen order."""
     hits: dict[str, list[bool]] = {}
-    for (key, item), reply in zip(keyed, _answers(policy, [item for _, item in keyed])):
+    replies = _answers(policy, [item for _, item in keyed], temperature, seed)
+    for (key, item), reply in zip(keyed, replies):
         hits.setdefault(key, []).append(score(item, reply, policy.tool_format))
     return {key: sum(h) / len(h) for key, h in hits.items()}
 
 
-def _answers(policy: Policy, items: list[Item]) -> list[str]:
-    """Greedy replies, each with a budget of the expected answer's length + 8 tokens."""
+def _answers(policy: Policy, items: list[Item], temperature: float = 0.0, seed: int = 0) -> list[str]:
+    """One reply each (greedy at temperature 0, else seeded per item), with a budget of the expected
+    answer's length + 8 tokens."""
 
-    async def answer(item: Item) -> str:
+    async def answer(number: int, item: Item) -> str:
         prompt = policy.encode(policy.render(item.messages, item.tools, generation_prompt=True))
         budget = len(policy.encode(item.answer)) + 8
-        (done,) = await policy.engine.generate(prompt, SamplingParams(temperature=0, max_tokens=budget))
+        params = SamplingParams(temperature=temperature, max_tokens=budget, seed=seed + number)
+        (done,) = await policy.engine.generate(prompt, params)
         return policy.decode(done.ids, skip_special=True)
 
     async def run() -> list[str]:
-        return await asyncio.gather(*(answer(item) for item in items))
+        return await asyncio.gather(*(answer(n, item) for n, item in enumerate(items)))
 
     return asyncio.run(run())
