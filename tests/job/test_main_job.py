@@ -106,6 +106,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("eval_after.json", "summary.json"):
         (out / name).unlink()
+    with open(out / "sft" / "metrics.jsonl", "a") as f:  # a step logged after the last checkpoint, and one cut short
+        f.write(json.dumps({"step": 2, "loss/sft": 9.0}) + '\n{"step": 3, "lo')
     done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "demos.jsonl").read_text() == demos and (out / "eval_before.json").read_text() == before  # kept
@@ -119,3 +121,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
         [*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2 and "--resume" in bad.stderr
+    # a fresh run into the folder, with a config that now differs from the folder's, is refused
+    other = subprocess.run(
+        [*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert other.returncode == 2 and "differs in rl.updates, sft.steps" in other.stderr and "--resume" in other.stderr

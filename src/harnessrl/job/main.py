@@ -182,6 +182,8 @@ class _Job:
         checkpoints = self.out / "sft" / "checkpoints"
         if (latest := latest_checkpoint(checkpoints)) is not None:
             trainer.resume(latest)
+        else:
+            trainer.forget_after(0)  # a start that stopped before its first checkpoint
         rng = random.Random(f"{self.config.seed}:{trainer.step}")
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")
@@ -234,6 +236,8 @@ class _Job:
         done = 0
         if (latest := latest_checkpoint(checkpoints)) is not None:
             done = trainer.resume(latest).get("updates", trainer.step)
+        else:
+            trainer.forget_after(0)
         if done == 0 and at_start is not None:
             await at_start(trainer)
         if cfg.updates - done <= 0:

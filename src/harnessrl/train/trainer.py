@@ -309,10 +309,26 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
+        self.forget_after(self.step)
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         self.push()
         return state["cursor"]
+
+    def forget_after(self, step: int) -> None:
+        """Drop metrics.jsonl lines past `step` (and a line cut short): a run that stopped after its last
+        checkpoint redoes those steps, and each step is logged once."""
+        path = self.run_dir / "metrics.jsonl" if self.run_dir is not None else None
+        if path is None or not path.is_file():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line + "\n")
+            except json.JSONDecodeError:
+                pass
+        path.write_text("".join(kept))
 
     def log(self, metrics: dict[str, Any]) -> None:
         if self.run_dir is not None:

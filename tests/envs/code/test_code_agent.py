@@ -27,6 +27,7 @@ def test_tools_answer_bad_calls_with_reasons(task, tmp_path):  # noqa: F811
     assert run.read_file("calc.py", 3, 3) == "3:     return a - b"
     assert "was not found" in run.edit_file("calc.py", "return a * b", "x")
     assert "occurs 2 times" in run.edit_file("calc.py", ": int", "c")
+    assert "is unchanged" in run.edit_file("calc.py", "a - b", "a - b") and run.edited == []  # SmolLM2 did this
     assert run.edit_file("calc.py", "a - b", "a + b") == "edited calc.py" and run.edited == ["calc.py"]
     assert run.search_code(r"a \+ b") == "calc.py:3: return a + b"
     assert "exit code 0" in run.run_tests() and "1 passed" in run.run_tests()

@@ -116,6 +116,8 @@ class _Run:
             if found != 1:
                 why = "is empty" if not search else "was not found" if not found else f"occurs {found} times"
                 return f"error: the search text {why} in {path}; copy it exactly from read_file, with enough lines to be unique"
+            if replace == search:
+                return f"error: replace is the same as search, so {path} is unchanged; replace holds the corrected text"
             target.write_text(text.replace(search, replace, 1))
         self.edited.append(str(target.relative_to(self.workspace)))
         return f"edited {path}"
