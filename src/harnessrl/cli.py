@@ -232,6 +232,8 @@ def train(
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
             job.model, job.tool_format = model or job.model, tool_format or job.tool_format
+            if job.swarm:
+                swarm.resolve_paths(job)  # as the swarm job saves them
             _refuse_another_run(out, job)
             summary = job_module(job).run(job, out)
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors

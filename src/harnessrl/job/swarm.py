@@ -41,11 +41,16 @@ from harnessrl.types import Episode, read_jsonl
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
 
-def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    swarm = config.swarm  # absolute, so that `resume` from another directory finds the same sub-agent
+def resolve_paths(config: JobConfig) -> None:
+    """The sub-agent's paths made absolute, so that `resume` from another directory finds the same one."""
+    swarm = config.swarm
     swarm.subagent_run = swarm.subagent_run.resolve()
     swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
+
+
+def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    resolve_paths(config)
     (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
