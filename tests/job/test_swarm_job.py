@@ -55,6 +55,13 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
+    # the same run started afresh, the sub-agent named relative to the working directory: it goes on
+    (tmp_path / "relative.yaml").write_text(MINIMAL.replace("SEARCH", "search"))
+    fresh = subprocess.run(
+        [*train, "relative.yaml", "--out", "run"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert json.loads(fresh.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
 
 
 def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(tmp_path):
