@@ -92,6 +92,9 @@ class SwarmJobConfig(_Strict):
     )
     subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
     width: int = Field(default=8, ge=2, description="questions per wide task")
+    bundlings: int = Field(
+        default=4, ge=1, description="times each train question is bundled into a wide task, drawn anew each time"
+    )
     limits: SwarmLimits = Field(
         default_factory=lambda: SwarmLimits(max_orchestrator_steps=4, max_parallel=16, max_assignments=32),
         description="swarm limits; a sub-agent (the search agent) also stops at agent.max_turns",
@@ -100,7 +103,9 @@ class SwarmJobConfig(_Strict):
         default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_parallel weight"
     )
     lambda_finish: Schedule = Field(default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_finish weight")
-    orchestrator_max_tokens: int = Field(default=512, ge=16, description="per orchestrator reply")
+    orchestrator_max_tokens: int = Field(
+        default=1024, ge=16, description="per orchestrator reply; at least the scripted orchestrator's longest"
+    )
 
     @model_validator(mode="after")
     def _width_fits(self) -> SwarmJobConfig:

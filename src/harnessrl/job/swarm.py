@@ -7,8 +7,9 @@ orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish
 and alarms in metrics.jsonl -> held-out eval. The last RL weights are kept (no validation split).
 
 Run folder: config.yaml, demos.jsonl, sft/, baseline.json / .jsonl, scripted.json / .jsonl (the
-scripted orchestrator on the held-out tasks: what delegation alone gives), eval_before.json / .jsonl,
-metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl, phases.json, rewards.png, swarm.png, summary.json.
+scripted orchestrator on the held-out tasks: what delegation alone gives), eval_before.json / .jsonl
+(and eval_before_greedy: the orchestrator decoding greedily, one episode a task),
+metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl (and _greedy), phases.json, rewards.png, swarm.png, summary.json.
 `resume` skips finished phases, as the main job's does.
 """
 
@@ -100,7 +101,7 @@ class _SwarmJob(main._Job):
             docs, items = load(config.data.corpus, config.data.tasks)
         else:
             docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
-        tasks = wide_tasks(items, swarm.width, config.seed)
+        tasks = wide_tasks(items, swarm.width, config.seed, swarm.bundlings)
         train = [t for t in tasks if t.split == "train"]
         test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
         if not train or not test:
@@ -115,6 +116,7 @@ class _SwarmJob(main._Job):
             main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
         )
         orchestrator = WideOrchestrator(FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens)
+        greedy = WideOrchestrator(FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, temperature=0.0)
         self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
         try:
@@ -129,8 +131,14 @@ class _SwarmJob(main._Job):
                 "scripted", lambda: self._eval("scripted", OrchestratorExpert(orchestrator), test)
             )
             before = await self._phase("eval_before", lambda: self._eval("eval_before", orchestrator, test))
+            greedy_before = await self._phase(
+                "eval_before_greedy", lambda: self._eval("eval_before_greedy", greedy, test, repeats=1)
+            )
             await self._phase("rl", lambda: self._rl(orchestrator, train))
             after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
+            greedy_after = await self._phase(
+                "eval_after_greedy", lambda: self._eval("eval_after_greedy", greedy, test, repeats=1)
+            )
         finally:
             await self.gateway.aclose()
             self.policy.close()
@@ -143,10 +151,13 @@ class _SwarmJob(main._Job):
             "f1_swarm_before_rl": before["f1"],
             "f1_swarm": after["f1"],
             "f1_swarm_scripted": scripted["f1"],
+            "f1_swarm_greedy_before_rl": greedy_before["f1"],
+            "f1_swarm_greedy": greedy_after["f1"],
             "critical_steps_single": baseline["critical_steps"],
             "critical_steps_swarm_scripted": scripted["critical_steps"],
             "critical_steps_swarm_before_rl": before["critical_steps"],
             "critical_steps_swarm": after["critical_steps"],
+            "critical_steps_swarm_greedy": greedy_after["critical_steps"],
             "critical_steps_reduction": baseline["critical_steps"] / max(after["critical_steps"], 1e-9),
             "total_steps_single": baseline["total_steps"],
             "total_steps_swarm": after["total_steps"],
@@ -168,7 +179,7 @@ class _SwarmJob(main._Job):
     async def _expert(self, orchestrator: WideOrchestrator, train) -> list[Episode]:
         path = self.out / "demos.jsonl"
         if path.is_file():
-            return read_jsonl(path, Episode)
+            return self._fits(read_jsonl(path, Episode))
         timeout = self.config.swarm.episode_seconds()
         engine = RolloutEngine(self.gateway, OrchestratorExpert(orchestrator), self.reward,
                                RolloutConfig(group_size=2, episode_timeout=timeout))  # fmt: skip
@@ -177,13 +188,23 @@ class _SwarmJob(main._Job):
         if not demos:
             raise RuntimeError("the scripted orchestrator finished no demonstration: see the gateway's errors above")
         main._dump(path, demos)
+        return self._fits(demos)
+
+    def _fits(self, demos: list[Episode]) -> list[Episode]:
+        """The demonstrations, if the policy may write replies as long as theirs (else SFT teaches cut-off calls)."""
+        longest = max(len(c.completion_ids) for e in demos for c in e.calls if c.trainable)
+        if longest > (limit := self.config.swarm.orchestrator_max_tokens):
+            raise ValueError(
+                f"swarm.orchestrator_max_tokens: {limit} is below the scripted orchestrator's longest reply "
+                f"({longest} tokens, {self.out / 'demos.jsonl'}): the policy could not write what SFT teaches it"
+            )
         return demos
 
-    async def _eval(self, name: str, harness, test) -> dict:
+    async def _eval(self, name: str, harness, test, repeats: int | None = None) -> dict:
         path = self.out / f"{name}.json"
         if path.is_file():
             return json.loads(path.read_text())
-        tasks = [t for t in test for _ in range(self.config.eval_repeats)]
+        tasks = [t for t in test for _ in range(repeats or self.config.eval_repeats)]
         # the baseline runs its questions one after another: its episodes get that many times as long
         timeout = self.config.swarm.episode_seconds() * max(len(t.data["questions"]) for t in test)
         _, episodes = await evaluate(self.gateway, harness, tasks, timeout=timeout)

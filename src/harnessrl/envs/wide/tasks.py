@@ -4,6 +4,9 @@ Questions are bundled with others of the same shape where there are enough ("Wha
 occupation of A?", "... of B?": for each of these entities, find one attribute), else with any of
 the split, so a user's own tasks.jsonl works as it is. A wide task keeps each item's question,
 answer and gold documents; the split is kept, so no test question is ever seen in training.
+`bundlings` > 1 bundles the train split that many times, each time drawn anew (other companions,
+another order): more distinct demonstrations and RL tasks from the same questions; the test split
+is bundled once.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ def shape(question: str) -> str:
     return " ".join([first, *(w for w in rest if not re.match(r"^[A-Z0-9]", w))])
 
 
-def wide_tasks(items: list[SearchTask], width: int, seed: int = 0) -> list[Task]:
-    """Every question in exactly one wide task of `width` items (the last of a split may be smaller)."""
+def wide_tasks(items: list[SearchTask], width: int, seed: int = 0, bundlings: int = 1) -> list[Task]:
+    """Every test question in exactly one wide task of `width` items (the last of a split may be
+    smaller); every train question in `bundlings` of them."""
     rng = random.Random(seed)
     out = []
-    for split in ("train", "test"):
+    # the extra bundlings are drawn last, so the test tasks are the same whatever `bundlings` is
+    for split, bundling in [("train", 0), ("test", 0)] + [("train", b) for b in range(1, bundlings)]:
         pool = [t for t in items if t.split == split]
         rng.shuffle(pool)
         pool.sort(key=lambda t: shape(t.question))  # same-shape questions side by side, shuffled within
@@ -37,7 +42,7 @@ def wide_tasks(items: list[SearchTask], width: int, seed: int = 0) -> list[Task]
                 continue
             questions = "\n".join(f"{i + 1}. {t.question}" for i, t in enumerate(chunk))
             out.append(Task(
-                id=f"wide-{split}-{start // width}",
+                id=f"wide-{split}-{start // width}" + (f"-{bundling}" if bundling else ""),
                 prompt=f"{PROMPT}\n{questions}",
                 split=split,
                 data={"questions": [t.question for t in chunk], "answers": [t.answer for t in chunk],
