@@ -29,7 +29,6 @@ def test_every_question_lands_in_one_wide_task_of_its_split():
     assert sum(len({shape(q) for q in t.data["questions"]}) == 1 for t in tasks) >= len(tasks) // 2
 
 
-
 def test_bundlings_draw_the_train_questions_anew_and_the_test_questions_once():
     _, items = synthetic(0, people=40)
     tasks = wide_tasks(items, width=4, seed=1, bundlings=3)
@@ -42,6 +41,7 @@ def test_bundlings_draw_the_train_questions_anew_and_the_test_questions_once():
     assert len(set(train)) > len(train) // 3  # drawn anew: not the same bundles three times
     once = wide_tasks(items, width=4, seed=1)  # the test tasks do not depend on the bundlings
     assert [t for t in tasks if t.split == "test"] == [t for t in once if t.split == "test"]
+
 
 def test_item_f1_by_hand():
     task = Task(data={"answers": ["baker", "1802", "Kalo"]})
