@@ -10,7 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from harnessrl.job.config import JobConfig
-from harnessrl.job.swarm import search_config
+from harnessrl.job.swarm import _SwarmJob, search_config
+from harnessrl.types import Call, Episode
 
 MINIMAL = """
 model: tiny
@@ -19,7 +20,7 @@ eval_tasks: 1
 eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
 sft: {steps: 1, batch_episodes: 2}
-swarm: {subagent_run: SEARCH, subagent_config: SEARCH.yaml, width: 3, orchestrator_max_tokens: 64}
+swarm: {subagent_run: SEARCH, subagent_config: SEARCH.yaml, width: 3, orchestrator_max_tokens: 320}
 rl:
   updates: 1
   validation_tasks: 2
@@ -76,3 +77,19 @@ def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(
         search_config(config)
     with pytest.raises(ValidationError, match="width 20: over limits.max_parallel"):
         JobConfig.model_validate({"swarm": {"width": 20}})
+    with pytest.raises(ValidationError, match="max_critical_steps: 7 leaves no room .* = 8"):
+        JobConfig.model_validate({"swarm": {"limits": {"max_critical_steps": 7}}})  # agent.max_turns 6
+
+
+def test_demonstrations_longer_than_the_orchestrator_may_write_are_refused(tmp_path):
+    def demo(tokens: int, trainable: bool = True) -> Episode:
+        call = Call(prompt_ids=[1], completion_ids=[2] * tokens, sampled_logprobs=[0.0] * tokens,
+                    policy_version=0, trainable=trainable)  # fmt: skip
+        return Episode(calls=[call])
+
+    config = JobConfig.model_validate({"swarm": {"orchestrator_max_tokens": 100}})
+    job = _SwarmJob(config, tmp_path, False, "sub")
+    fits = [demo(100), demo(500, trainable=False)]  # a frozen sub-agent's reply is not the policy's to write
+    assert job._fits(fits) == fits
+    with pytest.raises(ValueError, match=r"swarm.orchestrator_max_tokens: 100 .* longest reply \(101 tokens"):
+        job._fits([demo(20), demo(101)])

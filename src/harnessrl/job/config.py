@@ -96,8 +96,12 @@ class SwarmJobConfig(_Strict):
         default=4, ge=1, description="times each train question is bundled into a wide task, drawn anew each time"
     )
     limits: SwarmLimits = Field(
-        default_factory=lambda: SwarmLimits(max_orchestrator_steps=4, max_parallel=16, max_assignments=32),
-        description="swarm limits; a sub-agent (the search agent) also stops at agent.max_turns",
+        default_factory=lambda: SwarmLimits(
+            max_orchestrator_steps=4, max_parallel=16, max_assignments=32, max_critical_steps=8
+        ),
+        description="swarm limits; a sub-agent (the search agent) also stops at agent.max_turns. The budget of 8 "
+        "critical steps is one round of delegation (1 + agent.max_turns 6 + the answer): handing the questions "
+        "out over several replies runs out of it (Kimi's critical-step constraint)",
     )
     lambda_parallel: Schedule = Field(
         default_factory=lambda: anneal_to_zero(0.1, 8), description="PARL r_parallel weight"
@@ -176,6 +180,12 @@ class JobConfig(_Strict):
     def _one_job(self) -> JobConfig:
         if self.swarm is not None and self.code is not None:
             raise ValueError("swarm and code: a config runs one job; set one of them")
+        budget = self.swarm and self.swarm.limits.max_critical_steps
+        if budget is not None and budget < (round_trip := self.agent.max_turns + 2):
+            raise ValueError(
+                f"swarm.limits.max_critical_steps: {budget} leaves no room for one round of delegation "
+                f"(1 + agent.max_turns {self.agent.max_turns} + the answer = {round_trip})"
+            )
         return self
 
     @classmethod
