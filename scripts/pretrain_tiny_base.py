@@ -44,6 +44,7 @@ WEIGHTS = {
     "record_field": 0.3,
     "question_call": 0.15,
     "entity_call": 0.15,
+    "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
     "prose": 0.1,
 }
 _BOOKKEEPING = ("resume", "export_only", "export_dir", "minutes", "save_minutes", "probe_minutes", "probe_items")

@@ -30,6 +30,10 @@ def test_scoring_is_exact():
     wrong = dict(call, arguments={k: "x" for k in call["arguments"]})
     assert not score(tool_item, f"<tool_call>{json.dumps(wrong)}</tool_call>")
     assert not score(tool_item, "<tool_call>{not json</tool_call>")
+    batch = next(i for i in (mixture.item("list_calls") for _ in range(20)) if len(i.expected_call) >= 3)
+    text = [f"<tool_call>{json.dumps(c)}</tool_call>" for c in batch.expected_call]
+    assert batch.answer == "".join(text) and score(batch, "".join(text))
+    assert not score(batch, "".join(text[:-1])) and not score(batch, "".join([text[1], text[0], *text[2:]]))
 
 
 def test_items_render_with_the_tiny_template_and_vary():

@@ -1,8 +1,8 @@
 """Copying / tool-use probe: fresh generated items per skill, answered greedily, scored exactly.
 
 A text answer counts when the reply (special tokens dropped, whitespace trimmed) equals the expected
-value; a tool answer counts when the reply holds one call, in the policy's tool format, with the
-expected name and arguments. Prompts are rendered as the gateway renders them (`Policy.render`).
+value; a tool answer counts when the reply holds the expected calls (one, or a `list_calls` batch in
+order), in the policy's tool format, with the expected names and arguments. Prompts are rendered as the gateway renders them (`Policy.render`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
     if item.expected_call is None:
         return reply.strip() == item.answer
     parsed = parse_tool_calls(reply, {t["function"]["name"] for t in item.tools or ()}, fmt)
-    expected = item.expected_call
-    return [(n, json.loads(a)) for n, a in parsed.calls] == [(expected["name"], expected["arguments"])]
+    expected = item.expected_call if isinstance(item.expected_call, list) else [item.expected_call]
+    return [(n, json.loads(a)) for n, a in parsed.calls] == [(e["name"], e["arguments"]) for e in expected]
 
 
 def probe(

@@ -7,7 +7,9 @@ varied pool of names and schemas), `record_field` (one field of one of several t
 given as JSON or as text lines, answered or passed on in a call), `question_call` (the user's
 question passed word for word as a call's argument: "In which year" must not become "In which
 country"), `entity_call` (the one name or code in a request passed to the tool its keyword names:
-"What is the tide in Olmar?" -> get_tide(place="Olmar")), plus plain English prose. Nothing here
+"What is the tide in Olmar?" -> get_tide(place="Olmar")), `list_calls` (one call per listed item,
+in the list's order, each passing its item word for word: parallel calls over a list, sometimes
+after a setup call and with an argument shared by every call), plus plain English prose. Nothing here
 knows any environment's corpus, templates or tasks.
 """
 
@@ -21,7 +23,7 @@ from functools import cache
 
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
-SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call", "entity_call")
+SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call", "entity_call", "list_calls")
 _ONSETS = [
     "b",
     "d",
@@ -56,7 +58,7 @@ class Item:
     messages: list[dict]  # ends with the user / tool turn the answer responds to
     answer: str  # the assistant's reply text
     tools: list[dict] | None = None
-    expected_call: dict | None = field(default=None)  # for tool answers: {"name", "arguments"}
+    expected_call: dict | list[dict] | None = field(default=None)  # tool answers: {"name", "arguments"} (or a list)
     # indices of earlier assistant turns in `messages` that are trained too (a drill's follow-up questions)
     trained: tuple[int, ...] = ()
 
@@ -260,6 +262,50 @@ class Mixture:
         call = {"name": target["function"]["name"], "arguments": {param: entity}}
         return Item("entity_call", [{"role": "user", "content": ask}], _call_text(call), tools, call)
 
+    def _list_calls(self) -> Item:
+        """One call per item of a listed batch, in the list's order, the item copied as an argument;
+        sometimes with a second argument every call shares, sometimes after a setup call."""
+        target, param = self._string_tool()
+        name, spec = target["function"]["name"], target["function"]["parameters"]
+        shared = self.rng.choice([None, self.word(), f"{self.word()}_{self.word()}"])
+        if shared == param:
+            shared = None
+        if shared:  # the schema's order is the calls' order
+            order = [shared, param] if self.rng.random() < 0.5 else [param, shared]
+            spec["properties"], spec["required"] = {k: {"type": "string"} for k in order}, order
+        tools = [t for t in (self._tool() for _ in range(self.rng.randint(0, 2))) if t["function"]["name"] != name]
+        tools.insert(self.rng.randrange(len(tools) + 1), target)
+        draw, size, items = self.rng.choice([self.question, self.name, self.value]), self.rng.randint(2, 8), []
+        while len(items) < size:
+            if (x := draw()) not in items:
+                items.append(x)
+        style = self.rng.randrange(3)
+        if style == 0:
+            listing = "\n".join(f"{i + 1}. {x}" for i, x in enumerate(items))
+        else:  # a comma list only where items cannot hold commas
+            listing = ", ".join(items) if style == 2 and draw is self.name else "\n".join(f"- {x}" for x in items)
+        ask, value = self.rng.choice(_LIST_ASKS).format(t=name, p=param), self.value()
+        if shared:
+            ask += f" Set {shared} to {value} in each."
+        calls = []
+        setup = self._tool()
+        if self.rng.random() < 0.3 and setup["function"]["name"] not in {t["function"]["name"] for t in tools}:
+            args = {k: self.rng.randint(0, 9999) if v["type"] == "integer" else self.value()
+                    for k, v in setup["function"]["parameters"]["properties"].items()}  # fmt: skip
+            told = ", ".join(f"{k} {v}" for k, v in args.items())
+            ask = f"First call {setup['function']['name']} with {told}. Then: {ask}"
+            tools.append(setup)
+            calls.append({"name": setup["function"]["name"], "arguments": args})
+        for x in items:
+            given = {param: x, **({shared: value} if shared else {})}
+            calls.append({"name": name, "arguments": {k: given[k] for k in spec["properties"]}})
+        if self.rng.random() < 0.5:  # the instruction in the user turn, or as a rule in the system turn
+            messages = [{"role": "user", "content": f"{ask}\n{listing}"}]
+        else:
+            lead = self.rng.choice(["", "Here they are:\n", f"{self.word().capitalize()} {self.word()}:\n"])
+            messages = [{"role": "system", "content": ask}, {"role": "user", "content": lead + listing}]
+        return Item("list_calls", messages, "".join(_call_text(c) for c in calls), tools, calls)
+
     def prose(self) -> str:
         lines = prose_lines()
         start = self.rng.randrange(len(lines))
@@ -303,6 +349,13 @@ _ENTITY_ASKS = [
     "Find the {k} of {e} and keep it {w}.",
     "Which {k} does {e} have?",
     "Look up {k} {e}",
+]
+_LIST_ASKS = [
+    "Call {t} once for each item below, in order, with the item as {p}.",
+    "For every line below, run {t} with {p} set to it.",
+    "Send each of these to {t} as {p}, all at once.",
+    "Look up all of these with {t} ({p} = the item, word for word).",
+    "Use {t} on each one, passing it as {p}:",
 ]
 _QUOTE_RULES = [
     "Pass the question to {t} as {p}, word for word.",
