@@ -232,10 +232,7 @@ def train(
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
             job.model, job.tool_format = model or job.model, tool_format or job.tool_format
-            if job.swarm:
-                swarm.resolve_paths(job)  # as the swarm job saves them
-            _refuse_another_run(out, job)
-            summary = job_module(job).run(job, out)
+            summary = job_module(job).run(job, out)  # refused where out holds a run with another config
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
@@ -451,33 +448,6 @@ def sandbox(
     sys.stderr.write(result.stderr)
     print(json.dumps(result.summary()))
     raise typer.Exit(0 if result.exit_code == 0 else 1)
-
-
-def _refuse_another_run(out: Path, job) -> None:
-    """A fresh run goes on in a folder that holds the same run (finished phases are kept, as with
-    --resume) but never in one whose config differs: its demos and checkpoints would be mixed in."""
-    from harnessrl.job.config import JobConfig
-
-    if not (out / "config.yaml").is_file():
-        return
-    changed = _changed(JobConfig.load(out / "config.yaml").model_dump(mode="json"), job.model_dump(mode="json"))
-    if changed:
-        raise ValueError(
-            f"{out} holds a run whose config differs in {', '.join(changed)}: continue it with"
-            f" --resume {out}, or give another --out"
-        )
-
-
-def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two nested dicts."""
-    keys = []
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            keys += _changed(a, b, f"{prefix}{key}.")
-        elif a != b:
-            keys.append(prefix + key)
-    return keys
 
 
 def _run_config(checkpoint: str) -> Path | None:

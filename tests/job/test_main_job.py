@@ -4,9 +4,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+
+from harnessrl.job import code, main, swarm
+from harnessrl.job.config import JobConfig, SwarmJobConfig
 
 MINIMAL = """
 model: tiny
@@ -86,6 +90,17 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "updatez" in done.stderr
+
+
+def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):
+    config = JobConfig.model_validate(yaml.safe_load(MINIMAL))
+    main.start_run(config, tmp_path / "run")
+    main.start_run(config, tmp_path / "run")  # the same run goes on
+    other = config.model_copy(update={"seed": 3, "eval_tasks": 1})
+    for job in (main, code, swarm):  # through the Python API too, before any work is done
+        with pytest.raises(ValueError, match="differs in eval_tasks, seed(, swarm)?: continue it with --resume"):
+            job.run(other.model_copy(update={"swarm": SwarmJobConfig()}) if job is swarm else other, tmp_path / "run")
+    assert JobConfig.load(tmp_path / "run" / "config.yaml") == config
 
 
 def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(tmp_path):

@@ -21,8 +21,6 @@ import resource
 import time
 from pathlib import Path
 
-import yaml
-
 from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.expert import CodeExpert
 from harnessrl.envs.code.generate import LIBRARY, generate, statistics
@@ -42,8 +40,7 @@ from harnessrl.types import Episode, Task, read_jsonl
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    main.start_run(config, out)
     return asyncio.run(_CodeJob(config, out, progress).run())
 
 

@@ -51,9 +51,35 @@ ADMIN = "harnessrl-job-admin"
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    start_run(config, out)
+    return asyncio.run(_Job(config, out, progress).run())
+
+
+def start_run(config: JobConfig, out: Path) -> None:
+    """A fresh run's folder, with its config.yaml. It may hold the same run (its finished phases are
+    kept, as with resume) but never one whose config differs: its demos and checkpoints would be
+    mixed in (a ValueError names the keys)."""
+    if (out / "config.yaml").is_file():
+        changed = _changed(JobConfig.load(out / "config.yaml").model_dump(mode="json"), config.model_dump(mode="json"))
+        if changed:
+            raise ValueError(
+                f"{out} holds a run whose config differs in {', '.join(changed)}: continue it with"
+                f" --resume {out}, or give another --out"
+            )
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    return asyncio.run(_Job(config, out, progress).run())
+
+
+def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts."""
+    keys = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += _changed(a, b, f"{prefix}{key}.")
+        elif a != b:
+            keys.append(prefix + key)
+    return keys
 
 
 def resume(out: Path, progress: bool = True) -> dict:

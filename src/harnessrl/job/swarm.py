@@ -22,8 +22,6 @@ import resource
 import time
 from pathlib import Path
 
-import yaml
-
 from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
@@ -50,9 +48,8 @@ def resolve_paths(config: JobConfig) -> None:
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
     resolve_paths(config)
-    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    main.start_run(config, out)
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
 
