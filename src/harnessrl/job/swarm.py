@@ -40,16 +40,11 @@ from harnessrl.types import Episode, read_jsonl
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
 
-def resolve_paths(config: JobConfig) -> None:
-    """The sub-agent's paths made absolute, so that `resume` from another directory finds the same one."""
-    swarm = config.swarm
+def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    swarm = config.swarm  # absolute, so that `resume` from another directory finds the same sub-agent
     swarm.subagent_run = swarm.subagent_run.resolve()
     swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
-
-
-def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    resolve_paths(config)
-    main.start_run(config, out)
+    main.start_run(config, out)  # after: the folder's config.yaml holds these paths absolute
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
 
