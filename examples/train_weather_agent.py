@@ -16,9 +16,9 @@ of all weights when the model has over 50M parameters, and first takes `--warm-s
 on one demonstrated first turn per training city: the untuned model does not write the tool format,
 so RL alone sees reward 0 in almost every group (held-out is then measured untuned, after the warm
 start, and after RL; SmolLM2 seeds 0, 1, 2: 0.00 -> 0.67 -> 0.90, 0.02 -> 0.48 -> 0.83,
-0.02 -> 0.60 -> 0.83, 18-25 min, 8.7-8.9 GB peak since the trainer's malloc_trim). Measured on the
-2-core CPU with tiny-base v3 under the AVX2 settings (2026-11-30, default lr 1e-3, seeds 0, 1, 2),
-first update -> 20th: 0.66 -> 0.94, 0.78 -> 0.97, 0.69 -> 0.92 (seed 1 dipped to 0.11 at update 6).
+0.02 -> 0.60 -> 0.83, 18-25 min, 8.7-8.9 GB peak since the trainer's malloc_trim; measured with the
+earlier reward, which matched text). tiny-base v5 on the 2-core CPU (AMD EPYC, 2026-12-01), seeds 0,
+1, 2, held-out before -> after: 0.27 -> 0.96, 0.23 -> 1.00, 0.29 -> 1.00 (README: AVX2 settings, lr 1e-3).
 """
 
 from __future__ import annotations
