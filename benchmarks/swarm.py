@@ -71,7 +71,10 @@ def scripted_at(config: JobConfig, width: int, subagent: str, out: Path) -> dict
     swarm_config.limits = swarm_config.limits.model_copy(
         update={k: max(getattr(swarm_config.limits, k), width) for k in ("max_parallel", "max_assignments")}
     )
-    sizes = {"sft": config.sft.model_copy(update={"steps": 0}), "rl": config.rl.model_copy(update={"updates": 0})}
+    sizes = {
+        "sft": config.sft.model_copy(update={"steps": 0}),
+        "rl": config.rl.model_copy(update={"updates": 0, "validation_tasks": 0}),
+    }
     return swarm.run(config.model_copy(update={"swarm": swarm_config, **sizes}), out)
 
 

@@ -9,7 +9,7 @@ from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
 from harnessrl.envs.wide.reward import malformed_orchestrator_calls
-from harnessrl.envs.wide.tasks import shape
+from harnessrl.envs.wide.tasks import set_aside, shape
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Call, Episode, Outcome, Task
 
@@ -41,6 +41,19 @@ def test_bundlings_draw_the_train_questions_anew_and_the_test_questions_once():
     assert len(set(train)) > len(train) // 3  # drawn anew: not the same bundles three times
     once = wide_tasks(items, width=4, seed=1)  # the test tasks do not depend on the bundlings
     assert [t for t in tasks if t.split == "test"] == [t for t in once if t.split == "test"]
+
+
+def test_a_validation_split_holds_questions_no_training_task_holds():
+    _, items = synthetic(0, people=40)
+    rest, held = set_aside(items, 8, seed=1)
+    assert len(held) == 8 and all(t.split == "train" for t in held) and len(rest) == len(items) - 8
+    validation = wide_tasks(held, width=4, seed=1, name="validation")
+    tasks = wide_tasks(rest, width=4, seed=1, bundlings=3)
+    assert [t.id for t in validation] == ["wide-validation-0", "wide-validation-1"]
+    training = {i for t in tasks if t.split == "train" for i in t.data["item_ids"]}
+    assert training and not training & {i for t in validation for i in t.data["item_ids"]}
+    # the test tasks are the ones a run without a validation split gets
+    assert [t for t in tasks if t.split == "test"] == [t for t in wide_tasks(items, 4, seed=1) if t.split == "test"]
 
 
 def test_item_f1_by_hand():

@@ -51,6 +51,12 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     (rl,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"swarm/spawn_rate", "swarm/critical_steps", "swarm/lambda_parallel", "alarm/serial_collapse"} <= set(rl)
     assert (out / "swarm.png").stat().st_size > 0
+    # the checkpoint is chosen on validation tasks of held-out train questions, by item-F1
+    records = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == [0, 1] and all(0 <= r["item_f1"] <= 1 for r in records)
+    assert records[0]["tasks"] == ["wide-validation-0"]
+    assert summary["chosen_update"] == json.loads((out / "best" / "chosen.json").read_text())["update"]
+    assert summary["validation"] == max(r["item_f1"] for r in records)
     demos = [json.loads(x) for x in (out / "demos.jsonl").read_text().splitlines()]
     assert all({c["agent"] for c in d["calls"]} == {"main", "searcher"} for d in demos)  # the expert delegated
     again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)

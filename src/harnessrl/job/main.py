@@ -45,7 +45,7 @@ from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer, lora_for, precision
 from harnessrl.train.checkpoint import latest_checkpoint
-from harnessrl.types import Episode, read_jsonl
+from harnessrl.types import Episode, Task, read_jsonl
 
 ADMIN = "harnessrl-job-admin"
 
@@ -90,8 +90,11 @@ def resume(out: Path, progress: bool = True) -> dict:
 
 
 class _Job:
+    VALIDATION_METRIC = "success"  # what validation.jsonl records per update and best/ maximises
+
     def __init__(self, config: JobConfig, out: Path, progress: bool):
         self.config, self.out, self.progress = config, out, progress
+        self.validation: list[Task] = []  # train tasks set aside to choose the checkpoint (none: the last)
         phases = out / "phases.json"
         self.seconds: dict[str, float] = json.loads(phases.read_text()) if phases.is_file() else {}
 
@@ -130,7 +133,7 @@ class _Job:
                 demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
                 await self._phase("sft", lambda: self._sft(demos))
             before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
-            await self._phase("rl", lambda: self._rl(agent, reward, train))
+            await self._phase("rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout))
             chosen = self._load_best()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", agent, greedy, test))
         finally:
@@ -240,21 +243,11 @@ class _Job:
         path.write_text(json.dumps(result, indent=1))
         return result
 
-    async def _rl(self, agent: SearchAgent, reward, train) -> None:
-        loop = asyncio.get_running_loop()
-
-        def validate(done: int, trainer: Trainer) -> None:  # in the training thread, while rollouts go on
-            if done % self.config.rl.validate_every == 0 or done == self.config.rl.updates:
-                asyncio.run_coroutine_threadsafe(self._validate(done, agent, trainer), loop).result()
-
-        await self._run_rl(agent, reward, train, self.config.rl.rollout,
-                           at_start=lambda trainer: self._validate(0, agent, trainer), after_update=validate)  # fmt: skip
-
-    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, at_start=None, after_update=None):
+    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None):
         """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the
-        job chose it), `at_start(trainer)` before the first update of a fresh run, and after each update
-        `after_update(done, trainer)` then a checkpoint every `save_every` updates (numbered by update: an
-        update whose groups all tied keeps trainer.step as it was)."""
+        job chose it), validation of `self.validation` (if any) before the first update of a fresh run and
+        every `rl.validate_every` updates, and a checkpoint every `save_every` updates (numbered by update:
+        an update whose groups all tied keeps trainer.step as it was)."""
         cfg = self.config.rl
         trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
@@ -264,16 +257,17 @@ class _Job:
             done = trainer.resume(latest).get("updates", trainer.step)
         else:
             trainer.forget_after(0)
-        if done == 0 and at_start is not None:
-            await at_start(trainer)
+        if done == 0:
+            await self._validate(0, harness, trainer)
         if cfg.updates - done <= 0:
             return
+        loop = asyncio.get_running_loop()
 
-        def checkpoint(_: dict) -> None:  # in a thread, while rollouts go on
+        def checkpoint(_: dict) -> None:  # in the training thread, while rollouts go on
             nonlocal done
             done += 1
-            if after_update is not None:
-                after_update(done, trainer)
+            if done % cfg.validate_every == 0 or done == cfg.updates:
+                asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
             if done % cfg.save_every == 0 or done == cfg.updates:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
 
@@ -281,29 +275,32 @@ class _Job:
         tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
 
-    async def _validate(self, update: int, agent: SearchAgent, trainer: Trainer) -> None:
-        """Validation success of the current weights; they go to best/ when no earlier update beat them."""
+    async def _validate(self, update: int, harness, trainer: Trainer) -> None:
+        """Validation score of the current weights; they go to best/ when no earlier update beat them."""
         path = self.out / "validation.jsonl"
         records = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
         if not self.validation or any(r["update"] == update for r in records):
             return
         episodes = [t for t in self.validation for _ in range(self.config.rl.validation_repeats)]
-        success, _ = await evaluate(self.gateway, agent, episodes)
-        if success >= max((r["success"] for r in records), default=-1.0):
+        score = await self._validation_score(harness, episodes)
+        if score >= max((r[self.VALIDATION_METRIC] for r in records), default=-1.0):
             tmp = self.out / ".best.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             await asyncio.to_thread(trainer.write_model, tmp)
-            (tmp / "chosen.json").write_text(json.dumps({"update": update, "validation": success}))
+            (tmp / "chosen.json").write_text(json.dumps({"update": update, "validation": score}))
             shutil.rmtree(self.out / "best", ignore_errors=True)
             tmp.replace(self.out / "best")
         record = {
             "update": update,
-            "success": success,
+            self.VALIDATION_METRIC: score,
             "episodes": len(episodes),
             "tasks": [t.id for t in self.validation],
         }
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+    async def _validation_score(self, harness, tasks: list[Task]) -> float:
+        return (await evaluate(self.gateway, harness, tasks))[0]
 
     def _load_best(self) -> dict:
         """Serve the chosen weights (best/); without validation, the last ones."""

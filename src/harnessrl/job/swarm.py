@@ -4,12 +4,16 @@ wide tasks (envs/wide) from the job's corpus -> the frozen sub-agent (a search m
 trained first if absent) -> a scripted orchestrator's demonstrations -> SFT -> held-out eval of
 the orchestrator and of the single search agent doing the questions in turn (the baseline) ->
 orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish), swarm metrics
-and alarms in metrics.jsonl -> held-out eval. The last RL weights are kept (no validation split).
+and alarms in metrics.jsonl -> held-out eval of the weights chosen on validation: `rl.validation_tasks`
+wide tasks of train questions set aside (no training task holds them; at most a quarter of the train
+questions), run before RL and every `rl.validate_every` updates; the best mean item-F1 (the later on
+a tie; update 0 is the SFT weights) goes to best/ (validation.jsonl, chosen_update in summary.json).
 
 Run folder: config.yaml, demos.jsonl, sft/, baseline.json / .jsonl, scripted.json / .jsonl (the
 scripted orchestrator on the held-out tasks: what delegation alone gives), eval_before.json / .jsonl
 (and eval_before_greedy: the orchestrator decoding greedily, one episode a task),
-metrics.jsonl and checkpoints/ (RL), eval_after.json / .jsonl (and _greedy), phases.json, rewards.png, swarm.png, summary.json.
+metrics.jsonl and checkpoints/ (RL), validation.jsonl and best/, eval_after.json / .jsonl (and _greedy), phases.json,
+rewards.png, swarm.png, summary.json.
 `resume` skips finished phases, as the main job's does.
 """
 
@@ -24,7 +28,8 @@ from pathlib import Path
 
 from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
-from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
+from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward
+from harnessrl.envs.wide.tasks import set_aside, wide_tasks
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_curves, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -93,6 +98,10 @@ class _SwarmJob(main._Job):
             docs, items = load(config.data.corpus, config.data.tasks)
         else:
             docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
+        n_train = sum(t.split == "train" for t in items)
+        tasks = min(config.rl.validation_tasks, n_train // 4 // swarm.width)  # whole tasks, a quarter at most
+        items, held = set_aside(items, tasks * swarm.width, config.seed)
+        self.validation = wide_tasks(held, swarm.width, config.seed, name="validation")
         tasks = wide_tasks(items, swarm.width, config.seed, swarm.bundlings)
         train = [t for t in tasks if t.split == "train"]
         test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
@@ -127,6 +136,7 @@ class _SwarmJob(main._Job):
                 "eval_before_greedy", lambda: self._eval("eval_before_greedy", greedy, test, repeats=1)
             )
             await self._phase("rl", lambda: self._rl(orchestrator, train))
+            chosen = self._load_best()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
             greedy_after = await self._phase(
                 "eval_after_greedy", lambda: self._eval("eval_after_greedy", greedy, test, repeats=1)
@@ -154,6 +164,8 @@ class _SwarmJob(main._Job):
             "total_steps_single": baseline["total_steps"],
             "total_steps_swarm": after["total_steps"],
             "rl_updates": config.rl.updates,
+            "chosen_update": chosen["update"],
+            "validation": chosen["validation"],
             "wall_seconds": sum(self.seconds.values()),
             "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "phase_seconds": self.seconds,
@@ -213,6 +225,12 @@ class _SwarmJob(main._Job):
         }
         path.write_text(json.dumps(result, indent=1))
         return result
+
+    VALIDATION_METRIC = "item_f1"
+
+    async def _validation_score(self, harness, tasks) -> float:
+        _, episodes = await evaluate(self.gateway, harness, tasks, timeout=self.config.swarm.episode_seconds())
+        return sum(item_f1(e) for e in episodes) / max(len(episodes), 1)
 
     async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
         cfg = self.config.rl

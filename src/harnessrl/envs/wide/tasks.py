@@ -6,7 +6,7 @@ the split, so a user's own tasks.jsonl works as it is. A wide task keeps each it
 answer and gold documents; the split is kept, so no test question is ever seen in training.
 `bundlings` > 1 bundles the train split that many times, each time drawn anew (other companions,
 another order): more distinct demonstrations and RL tasks from the same questions; the test split
-is bundled once.
+is bundled once. `set_aside` holds train questions out for a validation split.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ def shape(question: str) -> str:
     return " ".join([first, *(w for w in rest if not re.match(r"^[A-Z0-9]", w))])
 
 
-def wide_tasks(items: list[SearchTask], width: int, seed: int = 0, bundlings: int = 1) -> list[Task]:
+def wide_tasks(
+    items: list[SearchTask], width: int, seed: int = 0, bundlings: int = 1, name: str | None = None
+) -> list[Task]:
     """Every test question in exactly one wide task of `width` items (the last of a split may be
-    smaller); every train question in `bundlings` of them."""
-    rng = random.Random(seed)
+    smaller); every train question in `bundlings` of them. Each bundling of each split draws from its
+    own random state, so the test tasks depend only on the test questions, `width` and `seed`. Task
+    ids are `wide-<split>-N[-bundling]`, or `wide-<name>-N` with `name`."""
     out = []
-    # the extra bundlings are drawn last, so the test tasks are the same whatever `bundlings` is
     for split, bundling in [("train", 0), ("test", 0)] + [("train", b) for b in range(1, bundlings)]:
+        rng = random.Random(f"{seed}:{split}:{bundling}")
         pool = [t for t in items if t.split == split]
         rng.shuffle(pool)
         pool.sort(key=lambda t: shape(t.question))  # same-shape questions side by side, shuffled within
@@ -42,10 +45,18 @@ def wide_tasks(items: list[SearchTask], width: int, seed: int = 0, bundlings: in
                 continue
             questions = "\n".join(f"{i + 1}. {t.question}" for i, t in enumerate(chunk))
             out.append(Task(
-                id=f"wide-{split}-{start // width}" + (f"-{bundling}" if bundling else ""),
+                id=f"wide-{name or split}-{start // width}" + (f"-{bundling}" if bundling else ""),
                 prompt=f"{PROMPT}\n{questions}",
                 split=split,
                 data={"questions": [t.question for t in chunk], "answers": [t.answer for t in chunk],
                       "gold_doc_ids": [t.gold_doc_ids for t in chunk], "item_ids": [t.id for t in chunk]},
             ))  # fmt: skip
     return out
+
+
+def set_aside(items: list[SearchTask], questions: int, seed: int = 0) -> tuple[list[SearchTask], list[SearchTask]]:
+    """(the rest, `questions` train questions drawn at random): a validation split whose questions no
+    training task holds, whatever the bundlings."""
+    train = [t for t in items if t.split == "train"]
+    held = {t.id for t in random.Random(f"{seed}:validation").sample(train, min(questions, len(train)))}
+    return [t for t in items if t.id not in held], [t for t in items if t.id in held]
