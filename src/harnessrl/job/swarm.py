@@ -99,8 +99,8 @@ class _SwarmJob(main._Job):
         else:
             docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
         n_train = sum(t.split == "train" for t in items)
-        tasks = min(config.rl.validation_tasks, n_train // 4 // swarm.width)  # whole tasks, a quarter at most
-        items, held = set_aside(items, tasks * swarm.width, config.seed)
+        n_validation = min(config.rl.validation_tasks, n_train // 4 // swarm.width)  # whole tasks, a quarter at most
+        items, held = set_aside(items, n_validation * swarm.width, config.seed)
         self.validation = wide_tasks(held, swarm.width, config.seed, name="validation")
         tasks = wide_tasks(items, swarm.width, config.seed, swarm.bundlings)
         train = [t for t in tasks if t.split == "train"]
