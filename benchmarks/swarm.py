@@ -30,7 +30,8 @@ from harnessrl.job import swarm
 from harnessrl.job.config import JobConfig
 
 KEYS = ["critical_steps_reduction", "f1_single", "f1_swarm", "f1_swarm_before_rl", "f1_swarm_scripted",
-        "f1_swarm_greedy_before_rl", "f1_swarm_greedy", "chosen_update", "critical_steps_single", "critical_steps_swarm", "critical_steps_swarm_before_rl",
+        "f1_swarm_greedy_before_rl", "f1_swarm_greedy", "chosen_update", "critical_steps_single",
+        "critical_steps_swarm", "critical_steps_swarm_before_rl",
         "critical_steps_swarm_scripted", "total_steps_single", "total_steps_swarm", "width", "heldout_tasks",
         "rl_updates", "wall_seconds", "peak_memory_mb"]  # fmt: skip
 

@@ -85,7 +85,13 @@ def search_config(config: JobConfig) -> JobConfig:
     return search
 
 
+def _mean_f1(episodes: list[Episode]) -> float:
+    return sum(item_f1(e) for e in episodes) / max(len(episodes), 1)
+
+
 class _SwarmJob(main._Job):
+    VALIDATION_METRIC = "item_f1"
+
     def __init__(self, config: JobConfig, out: Path, progress: bool, subagent: str):
         super().__init__(config, out, progress)
         self.subagent = subagent
@@ -215,7 +221,7 @@ class _SwarmJob(main._Job):
         main._dump(self.out / f"{name}.jsonl", episodes)
         n = max(len(episodes), 1)
         result = {
-            "f1": sum(item_f1(e) for e in episodes) / n,
+            "f1": _mean_f1(episodes),
             "critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
             "total_steps": sum(len(e.calls) for e in episodes) / n,
             "failed": sum(e.status == "failed" for e in episodes),
@@ -226,11 +232,9 @@ class _SwarmJob(main._Job):
         path.write_text(json.dumps(result, indent=1))
         return result
 
-    VALIDATION_METRIC = "item_f1"
-
     async def _validation_score(self, harness, tasks) -> float:
         _, episodes = await evaluate(self.gateway, harness, tasks, timeout=self.config.swarm.episode_seconds())
-        return sum(item_f1(e) for e in episodes) / max(len(episodes), 1)
+        return _mean_f1(episodes)
 
     async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
         cfg = self.config.rl

@@ -4,7 +4,7 @@ that hands the questions to frozen search sub-agents, or by one search agent doi
 from harnessrl.envs.wide.expert import OrchestratorExpert, demonstrate
 from harnessrl.envs.wide.harness import SerialSearch, WideOrchestrator, search_subagent
 from harnessrl.envs.wide.reward import item_f1, wide_reward
-from harnessrl.envs.wide.tasks import set_aside, wide_tasks
+from harnessrl.envs.wide.tasks import wide_tasks
 
 __all__ = ["OrchestratorExpert", "SerialSearch", "WideOrchestrator", "demonstrate", "item_f1", "search_subagent",
-           "set_aside", "wide_reward", "wide_tasks"]  # fmt: skip
+           "wide_reward", "wide_tasks"]  # fmt: skip
