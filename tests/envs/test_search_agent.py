@@ -1,12 +1,14 @@
 import asyncio
 
 import pytest
+from pydantic import ValidationError
 
 from harnessrl.envs.search import Doc, SearchAgent, SearchIndex, context1_reward, synthetic
 from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.harness import _Run
 from harnessrl.envs.search.reward import f_beta
 from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Call, Episode, Outcome, Task
@@ -54,6 +56,12 @@ def test_context1_reward_by_hand():
     assert late.terms["f_beta"] == pytest.approx(0.7 * f_beta({"a", "b"}, {"a"}, 2.0))
     assert early.terms["trajectory_recall"] == 0.3 and early.terms["answer_bonus"] == 1.0
     assert early.terms["prune_streak"] == pytest.approx(-0.1) and early.terms["turns"] == 0.0
+    # the job config's reward: block sets the weights; an unknown key is refused, naming it
+    weighed = JobConfig.model_validate({"reward": {"f_beta": 0.0, "trajectory_recall": 0.5, "anneal_steps": 100}})
+    terms = weighed.reward.build().score(e, step=0).terms
+    assert terms["f_beta"] == 0.0 and terms["trajectory_recall"] == 0.5 and terms["answer_bonus"] == 1.0
+    with pytest.raises(ValidationError, match="reward.f_bta"):
+        JobConfig.model_validate({"reward": {"f_bta": 0.0}})
 
 
 def test_an_episode_of_the_search_agent_through_the_rollout_engine(index):

@@ -46,6 +46,13 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
     assert sum(summary["error_classes_before"].values()) == sum(summary["error_classes_after"].values()) == 2
     assert -1 <= low <= high <= 1
+    by_docs = summary["heldout_by_gold_docs"]  # sampled success and calls by the tasks' number of gold documents
+    assert sum(row["tasks"] for row in by_docs.values()) == 2 and set(by_docs) <= {"1", "2", "3"}
+    assert all(
+        0 <= row[f"success_{w}"] <= 1 and row[f"calls_{w}"] >= 1
+        for row in by_docs.values()
+        for w in ("before", "after")
+    )
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1

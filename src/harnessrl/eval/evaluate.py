@@ -97,7 +97,6 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
     from harnessrl.envs.search import (
         SearchAgent,
         SearchIndex,
-        context1_reward,
         load,
         synthetic,
     )
@@ -119,7 +118,7 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
     )
     split = [t.task() for t in items if t.split == request.split]
     documents = {d.id: d for d in docs}
-    return EvalEnv(agent, split, context1_reward(), lambda e: error_class(e, documents))
+    return EvalEnv(agent, split, request.job.reward.build(), lambda e: error_class(e, documents))
 
 
 ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env}

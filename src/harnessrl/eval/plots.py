@@ -97,20 +97,36 @@ def plot_heldout(summary: dict, out: Path) -> None:
 
 
 def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
-    """The same bars for several runs side by side; a missing key leaves its bar out."""
+    """The same bars for several runs side by side; a missing key leaves its bar out. Sampled success
+    by the tasks' number of gold documents (`heldout_by_gold_docs`) gets a bar group per count."""
     plt = _pyplot()
-    groups = [g for g in HELDOUT if any(k in s for s in summaries.values() for k in g[1:])]
-    bars = [(label, when, index) for label in summaries for when, index in (("before RL", 1), ("after RL", 2))]
+    bars_of = {label: _heldout_bars(s) for label, s in summaries.items()}
+    groups = list(dict.fromkeys(g for b in bars_of.values() for g in b))
+    bars = [(label, when, index) for label in summaries for when, index in (("before RL", 0), ("after RL", 1))]
     width = 0.8 / len(bars)
-    figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1), 3.5))
+    figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1) + 0.8 * max(0, len(groups) - 2), 3.5))
     for b, (label, when, index) in enumerate(bars):
-        heights = [_number(summaries[label].get(g[index])) for g in groups]
+        heights = [bars_of[label].get(g, (math.nan, math.nan))[index] for g in groups]
         xs = [x - 0.4 + width * (b + 0.5) for x in range(len(groups))]
         axis.bar(xs, heights, width=width, label=f"{label}: {when}" if label else when)
-    axis.set_xticks(list(range(len(groups))), [g[0] for g in groups])
+    axis.set_xticks(list(range(len(groups))), groups, fontsize=8)
     axis.set(ylim=(0, 1), ylabel="held-out success", title="held-out tasks")
     axis.legend(fontsize=7)
     _save(plt, figure, out)
+
+
+def _heldout_bars(summary: dict) -> dict[str, tuple[float, float]]:
+    """Bar group -> (before RL, after RL) of one summary.json."""
+    bars = {
+        g[0]: (_number(summary.get(g[1])), _number(summary.get(g[2])))
+        for g in HELDOUT
+        if g[1] in summary or g[2] in summary
+    }
+    for n, row in (summary.get("heldout_by_gold_docs") or {}).items():
+        if isinstance(row, dict):
+            name = f"sampled, {n} gold doc{'s' if n != '1' else ''}"
+            bars[name] = (_number(row.get("success_before")), _number(row.get("success_after")))
+    return bars
 
 
 def _number(value) -> float:

@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harnessrl.envs.search.reward import DemoFilter
+from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.rewards import Schedule, anneal_to_zero
 from harnessrl.rollout import RolloutConfig
@@ -161,6 +161,9 @@ class JobConfig(_Strict):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
+    reward: SearchReward = Field(
+        default_factory=SearchReward, description="the search job's reward weights (Context-1's terms)"
+    )
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"

@@ -32,7 +32,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import AutoModelForCausalLM
 
-from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
+from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
@@ -120,7 +120,7 @@ class _Job:
         a = config.agent
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
         greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
-        reward = context1_reward()
+        reward = config.reward.build()
         if self.progress:  # bf16 on a CPU without it is 15x slower than fp32: say which one this run uses
             print(
                 f"sft: {precision.resolve(config.sft.precision)[1]}; rl: {precision.resolve(config.rl.train.precision)[1]}"
@@ -146,6 +146,7 @@ class _Job:
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
+            "heldout_by_gold_docs": _by_gold_docs(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
             **{
                 f"error_classes_{when}": _error_classes(self.out / f"eval_{when}.jsonl", docs)
                 for when in ("before", "after")
@@ -325,6 +326,24 @@ def _gain_ci(before: Path, after: Path) -> list[float]:
     b, a = per_task(before), per_task(after)
     low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
     return [round(low, 4), round(high, 4)]
+
+
+def _by_gold_docs(before: Path, after: Path) -> dict[str, dict]:
+    """Sampled held-out success and model calls per episode, before and after RL, by how many gold
+    documents a task needs ("1": a lookup, "2" and more: a chain of hops), so that a gain on one kind
+    bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
+    rows: dict[str, dict] = {}
+    for when, path in (("before", before), ("after", after)):
+        groups: dict[int, list[Episode]] = {}
+        for e in read_jsonl(path, Episode):
+            groups.setdefault(len(e.task.data.get("gold_doc_ids", [])), []).append(e)
+        for n, episodes in sorted(groups.items()):
+            row = rows.setdefault(str(n), {"tasks": len({e.task.id for e in episodes})})
+            row[f"success_{when}"] = round(
+                sum(bool(e.outcome and e.outcome.success) for e in episodes) / len(episodes), 4
+            )
+            row[f"calls_{when}"] = round(sum(len(e.calls) for e in episodes) / len(episodes), 2)
+    return rows
 
 
 def _error_classes(path: Path, docs) -> dict[str, int]:

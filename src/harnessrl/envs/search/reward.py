@@ -35,7 +35,12 @@ def _docs(e: Episode, key: str) -> set[str]:
 
 
 def context1_reward(
-    anneal_steps: int = 200, answer_bonus: float = 1.0, prune_streak_penalty: float = 0.05, turn_weight: float = 0.05
+    anneal_steps: int = 200,
+    answer_bonus: float = 1.0,
+    prune_streak_penalty: float = 0.05,
+    turn_weight: float = 0.05,
+    f_beta_weight: float = 0.7,
+    recall_weight: float = 0.3,
 ) -> Reward:
     beta = Schedule(kind="linear", start=4.0, end=2.0, steps=anneal_steps)
     gold = lambda e: set(e.task.data.get("gold_doc_ids", []))  # noqa: E731
@@ -54,8 +59,8 @@ def context1_reward(
 
     return Reward(
         [
-            Term("f_beta", f_beta_term, 0.7, with_step=True),
-            Term("trajectory_recall", trajectory_recall, 0.3),
+            Term("f_beta", f_beta_term, f_beta_weight, with_step=True),
+            Term("trajectory_recall", trajectory_recall, recall_weight),
             Term("answer_bonus", answered, answer_bonus),
             Term("prune_streak", prune_streak, -prune_streak_penalty),
             Term("turns", d.effort_penalty("turns", k=1.0, q=0.5, free=2), -turn_weight, flag=False),
@@ -68,6 +73,23 @@ def context1_reward(
         ],
         clamp=(-1.0, 2.0),
     )
+
+
+class SearchReward(BaseModel):
+    """The job config's `reward:` block: the weights of `context1_reward`."""
+
+    model_config = ConfigDict(extra="forbid")
+    f_beta: float = Field(default=0.7, description="weight of F_beta of the cited documents against the gold ones")
+    trajectory_recall: float = Field(default=0.3, description="weight of the share of gold documents the agent saw")
+    answer_bonus: float = Field(default=1.0, description="added for a correct answer")
+    prune_streak: float = Field(default=0.05, ge=0, description="penalty per prune call beyond one in a row")
+    turns: float = Field(default=0.05, ge=0, description="weight of the concave turn penalty (two turns free)")
+    anneal_steps: int = Field(default=200, ge=1, description="updates over which beta goes from 4 to 2")
+
+    def build(self) -> Reward:
+        return context1_reward(
+            self.anneal_steps, self.answer_bonus, self.prune_streak, self.turns, self.f_beta, self.trajectory_recall
+        )
 
 
 class DemoFilter(BaseModel):
