@@ -98,6 +98,13 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
     classes = Counter(k for e in episodes for k in e.metrics if k.startswith("error/"))
     assert sum(classes.values()) == 6 and report["error_classes"] == {k[6:]: n for k, n in classes.items()}
     assert "Episodes per error class: " in table
+    by_docs = report["by_gold_docs"]  # success per number of gold documents a task needs
+    hops = Counter(len(e.task.data["gold_doc_ids"]) for e in episodes)
+    assert {n: g["tasks"] for n, g in by_docs.items()} == {str(n): k // 2 for n, k in hops.items()}
+    for n, g in by_docs.items():
+        wins = [e.metrics["success"] for e in episodes if len(e.task.data["gold_doc_ids"]) == int(n)]
+        assert g["success"]["mean"] == pytest.approx(sum(wins) / len(wins))
+    assert "Success by the gold documents a task needs: " in table
 
 
 def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):

@@ -18,6 +18,9 @@ Per episode (`episode_metrics`, stored in `Episode.metrics`):
                      `error_classes` counts episodes per class
     latency_seconds  the episode's wall time, gateway create -> harness -> finish, at the run's load
 
+eval.json's `by_gold_docs` gives success per number of gold documents a task needs (search: a
+lookup vs a chain of hops), where the tasks name them.
+
 Intervals: percentile bootstrap over tasks (`bootstrap_ci`); the repeats of a task stay together.
 
 Knows environments, harnesses, rewards, the gateway and the rollout engine; knows nothing about
@@ -253,6 +256,19 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     return out
 
 
+def by_gold_docs(episodes: list[Episode]) -> dict[str, dict]:
+    """Success by the number of gold documents a task needs ("1": a lookup, "2" and more: hops):
+    tasks, and the mean with its interval as in `summarize`; empty when no task names gold documents."""
+    groups: dict[int, list[Episode]] = {}
+    for e in episodes:
+        if n := len(e.task.data.get("gold_doc_ids", [])):
+            groups.setdefault(n, []).append(e)
+    return {
+        str(n): {"tasks": len({e.task.id for e in group}), "success": summarize(group)["success"]}
+        for n, group in sorted(groups.items())
+    }
+
+
 # ---- the run ----------------------------------------------------------------------------------
 
 
@@ -313,6 +329,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "ci": {"method": CI_METHOD, "level": CI_LEVEL},
         "metrics": summarize(episodes),
         "error_classes": dict(classes.most_common()),
+        "by_gold_docs": by_gold_docs(episodes),
         "wall_seconds": time.perf_counter() - started,
     }
     (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
@@ -350,4 +367,10 @@ def markdown(report: dict) -> str:
     if r.get("error_classes"):
         counts = ", ".join(f"{k} {v}" for k, v in r["error_classes"].items())  # most frequent first
         lines += ["", f"Episodes per error class: {counts}."]
+    if r.get("by_gold_docs"):
+        rows = "; ".join(
+            f"{n} gold doc(s), {g['tasks']} tasks: {g['success']['mean']:.3g} [{g['success']['low']:.3g}, {g['success']['high']:.3g}]"
+            for n, g in r["by_gold_docs"].items()
+        )
+        lines += ["", f"Success by the gold documents a task needs: {rows}."]
     return "\n".join(lines) + "\n"
