@@ -256,16 +256,22 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     return out
 
 
-def by_gold_docs(episodes: list[Episode]) -> dict[str, dict]:
-    """Success by the number of gold documents a task needs ("1": a lookup, "2" and more: hops):
-    tasks, and the mean with its interval as in `summarize`; empty when no task names gold documents."""
+def group_by_gold_docs(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    """Episodes by the number of gold documents their task needs ("1": a lookup, "2" and more:
+    hops), fewest first; tasks that name none are left out."""
     groups: dict[int, list[Episode]] = {}
     for e in episodes:
         if n := len(e.task.data.get("gold_doc_ids", [])):
             groups.setdefault(n, []).append(e)
+    return {str(n): groups[n] for n in sorted(groups)}
+
+
+def by_gold_docs(episodes: list[Episode]) -> dict[str, dict]:
+    """eval.json's `by_gold_docs`: per group of `group_by_gold_docs`, its tasks and success (mean and
+    interval as in `summarize`)."""
     return {
-        str(n): {"tasks": len({e.task.id for e in group}), "success": summarize(group)["success"]}
-        for n, group in sorted(groups.items())
+        n: {"tasks": len({e.task.id for e in group}), "success": summarize(group)["success"]}
+        for n, group in group_by_gold_docs(episodes).items()
     }
 
 

@@ -36,7 +36,7 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import bootstrap_ci
+from harnessrl.eval.evaluate import bootstrap_ci, group_by_gold_docs
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -334,11 +334,8 @@ def _by_gold_docs(before: Path, after: Path) -> dict[str, dict]:
     bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
     rows: dict[str, dict] = {}
     for when, path in (("before", before), ("after", after)):
-        groups: dict[int, list[Episode]] = {}
-        for e in read_jsonl(path, Episode):
-            groups.setdefault(len(e.task.data.get("gold_doc_ids", [])), []).append(e)
-        for n, episodes in sorted(groups.items()):
-            row = rows.setdefault(str(n), {"tasks": len({e.task.id for e in episodes})})
+        for n, episodes in group_by_gold_docs(read_jsonl(path, Episode)).items():
+            row = rows.setdefault(n, {"tasks": len({e.task.id for e in episodes})})
             row[f"success_{when}"] = round(
                 sum(bool(e.outcome and e.outcome.success) for e in episodes) / len(episodes), 4
             )
