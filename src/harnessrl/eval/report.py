@@ -145,7 +145,9 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
             (
                 "held-out success",
                 "heldout.png",
-                "summary.json: " + ", ".join(k for g in HELDOUT for k in g[1:]),
+                "summary.json: "
+                + ", ".join(k for g in HELDOUT for k in g[1:])
+                + (", heldout_by_gold_docs" if any("heldout_by_gold_docs" in s for s in summaries.values()) else ""),
             )
         )
     for panel in PANELS:
