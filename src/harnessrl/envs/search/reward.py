@@ -3,6 +3,8 @@
     clamp(0.7 F_beta(returned vs gold docs) + 0.3 trajectory recall + answer bonus
           - prune-streak penalty - turn penalty - hacking detectors, -1, 2)
 
+(default weights; a job config's `reward:` block, `SearchReward`, sets them).
+
 The answer bonus (1.0) weighs a correct answer as much as perfect retrieval: with a smaller bonus
 (0.3) RL on the tiny model learnt to cite the right documents and stopped answering correctly.
 
