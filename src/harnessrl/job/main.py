@@ -139,18 +139,16 @@ class _Job:
         finally:
             await self.gateway.aclose()
             self.policy.close()
+        held = {when: read_jsonl(self.out / f"eval_{when}.jsonl", Episode) for when in ("before", "after")}
         summary = {
             "heldout_tasks": len(test),
             "heldout_success_before": before["sampled"],
             "heldout_success_after": after["sampled"],
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
-            "heldout_gain_ci": _gain_ci(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
-            "heldout_by_gold_docs": _by_gold_docs(self.out / "eval_before.jsonl", self.out / "eval_after.jsonl"),
-            **{
-                f"error_classes_{when}": _error_classes(self.out / f"eval_{when}.jsonl", docs)
-                for when in ("before", "after")
-            },
+            "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
+            "heldout_by_gold_docs": _by_gold_docs(held),
+            **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
@@ -313,14 +311,18 @@ class _Job:
         return json.loads(chosen.read_text())
 
 
-def _gain_ci(before: Path, after: Path) -> list[float]:
+def _succeeded(e: Episode) -> bool:
+    return bool(e.outcome and e.outcome.success)
+
+
+def _gain_ci(before: list[Episode], after: list[Episode]) -> list[float]:
     """95 % percentile-bootstrap interval of the RL gain in sampled success, paired by task: each task's
     mean over its repeats after RL minus before, resampled over tasks."""
 
-    def per_task(path: Path) -> dict[str, float]:
+    def per_task(episodes: list[Episode]) -> dict[str, float]:
         wins: dict[str, list[bool]] = {}
-        for e in read_jsonl(path, Episode):
-            wins.setdefault(e.task.id, []).append(bool(e.outcome and e.outcome.success))
+        for e in episodes:
+            wins.setdefault(e.task.id, []).append(_succeeded(e))
         return {task: sum(w) / len(w) for task, w in wins.items()}
 
     b, a = per_task(before), per_task(after)
@@ -328,25 +330,23 @@ def _gain_ci(before: Path, after: Path) -> list[float]:
     return [round(low, 4), round(high, 4)]
 
 
-def _by_gold_docs(before: Path, after: Path) -> dict[str, dict]:
-    """Sampled held-out success and model calls per episode, before and after RL, by how many gold
-    documents a task needs ("1": a lookup, "2" and more: a chain of hops), so that a gain on one kind
-    bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
+def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
+    """Sampled held-out success and model calls per episode, before and after RL (`held`'s keys), by
+    how many gold documents a task needs ("1": a lookup, "2" and more: a chain of hops), so that a gain
+    on one kind bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
     rows: dict[str, dict] = {}
-    for when, path in (("before", before), ("after", after)):
-        for n, episodes in group_by_gold_docs(read_jsonl(path, Episode)).items():
+    for when, all_episodes in held.items():
+        for n, episodes in group_by_gold_docs(all_episodes).items():
             row = rows.setdefault(n, {"tasks": len({e.task.id for e in episodes})})
-            row[f"success_{when}"] = round(
-                sum(bool(e.outcome and e.outcome.success) for e in episodes) / len(episodes), 4
-            )
+            row[f"success_{when}"] = round(sum(map(_succeeded, episodes)) / len(episodes), 4)
             row[f"calls_{when}"] = round(sum(len(e.calls) for e in episodes) / len(episodes), 2)
     return rows
 
 
-def _error_classes(path: Path, docs) -> dict[str, int]:
+def _error_classes(episodes: list[Episode], docs) -> dict[str, int]:
     """Sampled held-out episodes per error class (envs/search/errors.py), most frequent first."""
     documents = {d.id: d for d in docs}
-    counts = Counter(error_class(e, documents) for e in read_jsonl(path, Episode))
+    counts = Counter(error_class(e, documents) for e in episodes)
     return dict(counts.most_common())
 
 

@@ -90,7 +90,12 @@ class SearchReward(BaseModel):
 
     def build(self) -> Reward:
         return context1_reward(
-            self.anneal_steps, self.answer_bonus, self.prune_streak, self.turns, self.f_beta, self.trajectory_recall
+            anneal_steps=self.anneal_steps,
+            answer_bonus=self.answer_bonus,
+            prune_streak_penalty=self.prune_streak,
+            turn_weight=self.turns,
+            f_beta_weight=self.f_beta,
+            recall_weight=self.trajectory_recall,
         )
 
 
