@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from harnessrl.eval.probe import probe
+from harnessrl.eval.probe import probe, record_grid
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_messages
 from harnessrl.policy.tiny import build_tiny
@@ -182,7 +182,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--follow-ups", type=int, default=0, help="record_field drills: up to N more questions on the same records"
     )
+    parser.add_argument("--records", default="", help="record_field: records an item, e.g. 2-4 (instead of the ramp)")
+    parser.add_argument("--fields", default="2-4", help="record_field: fields a record, e.g. 1-1")
     return parser
+
+
+def span(flag: str, text: str) -> tuple[int, int]:
+    """`A-B` (or `A`) as (A, B) with 1 <= A <= B."""
+    low, _, high = text.partition("-")
+    try:
+        pair = (int(low), int(high or low))
+    except ValueError:
+        raise SystemExit(f"{flag}: expected A-B, e.g. 2-4, got {text!r}") from None
+    if not 1 <= pair[0] <= pair[1]:
+        raise SystemExit(f"{flag}: expected 1 <= A <= B, got {text!r}")
+    return pair
 
 
 def main() -> None:
@@ -199,6 +213,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = Packer(tokenizer, args.seed, args.width, parse_weights(args.weights))
     packer.mixture.follow_ups = args.follow_ups
+    packer.mixture.fields = span("--fields", args.fields)
+    records = span("--records", args.records) if args.records else None
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
     if args.resume or args.export_only:
@@ -206,7 +222,18 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
         state = load_state(path)
-        for key in ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp", "follow_ups"):
+        for key in (
+            "hidden",
+            "layers",
+            "width",
+            "seed",
+            "init",
+            "weights",
+            "records_ramp",
+            "follow_ups",
+            "records",
+            "fields",
+        ):
             if state["args"].get(key, getattr(args, key)) != getattr(args, key):
                 flag = "--" + key.replace("_", "-")
                 raise SystemExit(f"{flag} {getattr(args, key)} differs from the run's {state['args'][key]}")
@@ -238,7 +265,7 @@ def main() -> None:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        packer.mixture.records = records_at(step, args.records_ramp)
+        packer.mixture.records = records or records_at(step, args.records_ramp)
         ids, labels = packer.batch(args.rows)
         with autocast(dtype):
             loss = model(input_ids=ids, labels=labels).loss
@@ -257,7 +284,7 @@ def main() -> None:
             "wall_seconds": wall,
         }
         if time.monotonic() - last_probe > args.probe_minutes * 60:
-            record["probe"] = _probe(model, tokenizer, 40)
+            record["probe"] = _probe(model, tokenizer, 40) | _record_cells(model, tokenizer, 40)
             last_probe = time.monotonic()
             print(json.dumps(record), flush=True)
         elif step % 50 == 0:
@@ -279,6 +306,18 @@ def _probe(model, tokenizer, items: int) -> dict[str, float]:
     policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
     try:
         return probe(policy, items_per_skill=items)
+    finally:
+        policy.close()
+
+
+def _record_cells(model, tokenizer, items: int) -> dict[str, float]:
+    """Finding the record by name (one field, three records; chance 1/3) and the field (one record of
+    four fields; chance 1/4), the two halves of `record_field`."""
+    policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
+    try:
+        return record_grid(policy, items, fields=(1,), records=(3,)) | record_grid(
+            policy, items, fields=(4,), records=(1,)
+        )
     finally:
         policy.close()
 

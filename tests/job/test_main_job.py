@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import JobConfig, SwarmJobConfig
+from harnessrl.train import TrainConfig
 
 MINIMAL = """
 model: tiny
@@ -97,6 +98,17 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "updatez" in done.stderr
+
+
+def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
+    (tmp_path / "job.yaml").write_text("rl:\n  train: {lr: 3.0e-4}\nsft: {filter: null}\n")
+    loaded, default = JobConfig.load(tmp_path / "job.yaml"), JobConfig()
+    assert loaded.rl.train.lr == 3e-4
+    # the main job's two passes of two mini-batches stay, not TrainConfig's own one step a batch
+    assert (loaded.rl.train.ppo_epochs, loaded.rl.train.mini_batches) == (2, 2)
+    assert (TrainConfig().ppo_epochs, TrainConfig().mini_batches) == (1, 1)
+    assert loaded.rl.train.model_copy(update={"lr": default.rl.train.lr}) == default.rl.train
+    assert loaded.model_copy(update={"rl": default.rl}) == default
 
 
 def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):

@@ -193,4 +193,15 @@ class JobConfig(_Strict):
 
     @classmethod
     def load(cls, path: Path | None) -> JobConfig:
-        return cls() if path is None else cls.model_validate(yaml.safe_load(path.read_text()) or {})
+        """The YAML at `path` over the job's defaults, key by key: `rl: {train: {lr: 3e-4}}` changes the
+        learning rate and keeps the job's other `rl.train` settings (ppo_epochs 2, mini_batches 2), which
+        a block given whole would reset to TrainConfig's own defaults."""
+        given = {} if path is None else yaml.safe_load(path.read_text()) or {}
+        return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
+
+
+def _over(default, given):
+    """`given` with every key it leaves out filled from `default`, recursively through mappings."""
+    if not (isinstance(default, dict) and isinstance(given, dict)):
+        return given
+    return default | {key: _over(default.get(key), value) for key, value in given.items()}
