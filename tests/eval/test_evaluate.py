@@ -10,8 +10,10 @@ import pytest
 from harnessrl.eval.evaluate import (
     CheckpointError,
     bootstrap_ci,
+    by_rare_draws,
     critical_steps,
     episode_metrics,
+    rare_draws,
     resolve_checkpoint,
     summarize,
     tool_errors,
@@ -30,7 +32,7 @@ TASKS = [  # id, question, answer, gold document, split
     ("q2", "When was Osk Drafin born?", "1750", "osk", "test"),
     ("q3", "What is the capital of Quasul?", "Brethos", "quasul", "train"),
 ]
-METRICS = "success failed reward steps critical_steps context_tokens tool_errors latency_seconds"
+METRICS = "success failed reward steps critical_steps context_tokens tool_errors rare_draws latency_seconds"
 
 
 def _write_data(folder):
@@ -105,6 +107,13 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
         wins = [e.metrics["success"] for e in episodes if len(e.task.data["gold_doc_ids"]) == int(n)]
         assert g["success"]["mean"] == pytest.approx(sum(wins) / len(wins))
     assert "Success by the gold documents a task needs: " in table
+    rare = report["rare_draws"]  # success of episodes without / with a token sampled at p < 1 %
+    assert rare["none"]["episodes"] + rare["some"]["episodes"] == 6
+    for side, group in (("none", [e for e in episodes if not e.metrics["rare_draws"]]),
+                        ("some", [e for e in episodes if e.metrics["rare_draws"]])):  # fmt: skip
+        assert rare[side]["episodes"] == len(group)
+        if group:
+            assert rare[side]["success"] == pytest.approx(sum(e.metrics["success"] for e in group) / len(group))
 
 
 def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):
@@ -170,6 +179,20 @@ def test_tool_errors_count_malformed_calls_and_error_observations():
     after = _call("main", 4, 5, prompt=said.prompt_ids + said.completion_ids + text("\nok\n"), completion=text("z"))  # fmt: skip
     # the model's own words are not observations
     assert tool_errors([first, said, after], decode) == 0
+
+
+def test_rare_draws_count_the_policys_tail_samples_only():
+    sampled = _call("main", 0, 1, completion=(5, 6, 7, 8))
+    sampled.sampled_logprobs = [-0.01, -4.7, -4.5, -9.0]  # p = 0.99, 0.009, 0.011, 0.0001
+    frozen = _call("sub", 0, 1, completion=(5,), trainable=False)
+    frozen.sampled_logprobs = [-9.0]  # a frozen sub-agent's draw is not the policy's
+    assert rare_draws([sampled, frozen]) == 2 and rare_draws([]) == 0
+    task = Task(id="t", prompt="q")
+    episodes = [
+        Episode(task=task, metrics={"success": s, "rare_draws": r}) for s, r in [(1, 0), (0, 0), (0, 3), (1, 1)]
+    ]
+    assert by_rare_draws(episodes) == {"none": {"episodes": 2, "success": 0.5}, "some": {"episodes": 2, "success": 0.5}}
+    assert by_rare_draws(episodes[:2])["some"] == {"episodes": 0, "success": None}
 
 
 def test_bootstrap_interval_by_hand_and_tasks_resampled_whole():

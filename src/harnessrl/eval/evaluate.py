@@ -13,6 +13,9 @@ Per episode (`episode_metrics`, stored in `Episode.metrics`):
     critical_steps   the longest chain of calls, each starting after the previous one ended
     context_tokens   the largest prompt + completion of one call
     tool_errors      malformed tool calls + `error:` observations (see `tool_errors`)
+    rare_draws       tokens the policy sampled at probability < 1 % (the tail of a T = 1 sample;
+                     0 when greedy); eval.json's `rare_draws` splits success by episodes with none
+                     and with some, how much of the gap between sampled and greedy success they explain
     error/<class>    1 for the episode's error class, where the environment classifies failures
                      (search: envs/search/errors.py; "ok" for a success); eval.json's
                      `error_classes` counts episodes per class
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 from collections import Counter
@@ -216,6 +220,30 @@ def episode_metrics(episode: Episode, decode: Callable[[list[int]], str]) -> dic
         "critical_steps": float(critical_steps(calls)),
         "context_tokens": float(max(sizes, default=0)),
         "tool_errors": float(tool_errors(calls, decode)),
+        "rare_draws": float(rare_draws(calls)),
+    }
+
+
+RARE = math.log(0.01)
+
+
+def rare_draws(calls: list[Call]) -> int:
+    """Tokens sampled at probability < 1 % by the trainable policy (greedy calls and demonstrations
+    record 0.0 and count none)."""
+    return sum(lp < RARE for c in calls if c.trainable and not c.demonstration for lp in c.sampled_logprobs)
+
+
+def by_rare_draws(episodes: list[Episode]) -> dict[str, dict]:
+    """eval.json's `rare_draws`: episodes without a rare draw and with one or more, and their success
+    (a plain mean over episodes: a task's repeats fall on either side)."""
+    sides = {"none": [e for e in episodes if not e.metrics.get("rare_draws")]}
+    sides["some"] = [e for e in episodes if e.metrics.get("rare_draws")]
+    return {
+        side: {
+            "episodes": len(group),
+            "success": float(np.mean([e.metrics["success"] for e in group])) if group else None,
+        }
+        for side, group in sides.items()
     }
 
 
@@ -336,6 +364,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "metrics": summarize(episodes),
         "error_classes": dict(classes.most_common()),
         "by_gold_docs": by_gold_docs(episodes),
+        "rare_draws": by_rare_draws(episodes),
         "wall_seconds": time.perf_counter() - started,
     }
     (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
@@ -379,4 +408,8 @@ def markdown(report: dict) -> str:
             for n, g in r["by_gold_docs"].items()
         )
         lines += ["", f"Success by the gold documents a task needs: {rows}."]
+    if (rare := r.get("rare_draws")) and rare["some"]["episodes"]:
+        lines += ["", "Success of episodes without a token sampled at p < 1 %: "
+                  f"{rare['none']['success']:.3g} ({rare['none']['episodes']} episodes); "
+                  f"with one or more: {rare['some']['success']:.3g} ({rare['some']['episodes']})."]  # fmt: skip
     return "\n".join(lines) + "\n"
