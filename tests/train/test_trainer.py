@@ -277,6 +277,33 @@ def test_ppo_epochs_take_several_steps_per_batch_and_the_clip_bites_after_the_fi
     assert one["optim/steps"] == 1 and one["policy/clip_frac_high"] == one["policy/clip_frac_low"] == 0
 
 
+def test_entropy_coef_below_zero_sharpens_the_policy_and_above_zero_spreads_it(fresh_policy):
+    from harnessrl.train.losses import token_logprobs
+
+    groups = sampled_groups(fresh_policy)
+    episodes = [e for g in groups for e in g]
+
+    def entropy(model) -> float:  # mean over the batch's loss tokens
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for e in episodes:
+                (seq,) = episode_sequences(e)
+                ids = torch.tensor([seq.ids])
+                mask = torch.tensor(seq.loss_mask[1:], dtype=torch.bool)
+                total, count = (
+                    total + float(token_logprobs(model(ids).logits, ids)[1][0][mask].sum()),
+                    count + int(mask.sum()),
+                )
+        return total / count
+
+    after = {}
+    for coef in (-1.0, 0.0, 1.0):
+        trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=3e-3, entropy_coef=coef))
+        trainer.rl_step(groups)
+        after[coef] = entropy(trainer.model)
+    assert after[-1.0] < after[0.0] < after[1.0], after
+
+
 def test_lora_is_the_default_above_50m_parameters_only():
     small, large = build_tiny()[0], torch.nn.Linear(8_000, 8_000)  # 3.4 M, 64 M parameters
     assert lora_for(small) is None and lora_for(large) == LoraConfig()

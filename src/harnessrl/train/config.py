@@ -66,6 +66,11 @@ class TrainConfig(BaseModel):
         default=False,
         description="multiply the per-token KL by the importance ratio (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
     )
+    entropy_coef: float = Field(
+        default=0.0,
+        description="loss -= entropy_coef x the sampling distribution's entropy on loss tokens (verl entropy_coeff): "
+        "> 0 keeps exploring, < 0 sharpens the policy (entropy minimisation), 0 = off",
+    )
     # optimisation
     ppo_epochs: int = Field(
         default=1, ge=1, description="optimizer passes over each RL batch (verl ppo_epochs, TRL num_iterations)"

@@ -28,13 +28,15 @@ def token_logprobs(
     ids: torch.Tensor,
     temperature: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
+    with_entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1]).
 
     With `temperature` and `top_p` ((B, T - 1), how each token was sampled), pi is the distribution
     the sampler drew from (policy.sampling.sampling_logprobs: softmax(logits / T) cut to the top-p
     nucleus, the scored token always kept), so the ratio against the recorded logprob is 1 on policy.
-    Without them it is the model's own softmax (SFT, T = 1). The entropy is that distribution's, in fp32.
+    Without them it is the model's own softmax (SFT, T = 1). The entropy is that distribution's, in fp32,
+    differentiable only with `with_entropy_grad` (an entropy term in the loss).
     """
     logits = logits[:, :-1].float()  # (B, T-1, V)
     targets = ids[:, 1:]
@@ -48,8 +50,10 @@ def token_logprobs(
             logits.reshape(-1, vocab), temperature.reshape(-1), top_p.reshape(-1), keep=targets.reshape(-1)
         ).reshape(*rows, vocab)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    with torch.no_grad():  # a diagnostic: no graph through the (B, T-1, V) products
-        entropy = torch.special.entr(logp_all.exp()).sum(-1)
+    with torch.set_grad_enabled(with_entropy_grad and torch.is_grad_enabled()):  # else a diagnostic, no graph
+        kept = torch.isfinite(logp_all)  # outside the nucleus: p = 0 and no gradient (entr's is inf x 0 there)
+        finite = logp_all.masked_fill(~kept, 0.0)
+        entropy = -(finite.exp() * kept * finite).sum(-1)
     return logp, entropy
 
 

@@ -209,7 +209,8 @@ class Trainer:
                 logits = tail_logits(self.model, mb)  # (B, T, V) fp32, T: the tails after the shared prompts
             # RL scores the distribution each token was sampled from (temperature, nucleus); SFT the model's own
             sampling = (mb.temperature, mb.top_p) if rl else ()
-            logp, entropy = losses.token_logprobs(logits, mb.ids, *sampling)  # (B, T-1)
+            bonus = cfg.entropy_coef if rl else 0.0
+            logp, entropy = losses.token_logprobs(logits, mb.ids, *sampling, with_entropy_grad=bool(bonus))  # (B, T-1)
             mask = mb.mask * mb.sampled if rl else mb.mask
             if not rl:
                 per_token, ratio, weight, kl = -logp, None, None, None
@@ -230,13 +231,15 @@ class Trainer:
                     kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
                 if kl is not None:
                     per_token = per_token + cfg.kl_coef * kl
+                if bonus:
+                    per_token = per_token - bonus * entropy
             per_token = per_token * mb.weights  # (B, 1): 1 unless a chain's segments share their episode's weight
             loss = losses.aggregate(
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )
             loss.backward()
             stats.add(
-                loss, logp, entropy, mb, mask, ratio, weight, kl, version if rl else -1, cfg
+                loss, logp, entropy.detach(), mb, mask, ratio, weight, kl, version if rl else -1, cfg
             )  # demos: no staleness
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
         self.optimizer.step()
