@@ -1,6 +1,7 @@
 """`harnessrl train` end to end at minimal size."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from safetensors.torch import load_file
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import JobConfig, SwarmJobConfig
 from harnessrl.train import TrainConfig
+from harnessrl.types import Episode, read_jsonl
 
 MINIMAL = """
 model: tiny
@@ -54,6 +56,12 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
         for row in by_docs.values()
         for w in ("before", "after")
     )
+    for when in ("before", "after"):  # tokens sampled at p < 1 % per 1,000 drawn, recomputed from the episodes
+        drawn = [
+            lp for e in read_jsonl(out / f"eval_{when}.jsonl", Episode) for c in e.calls for lp in c.sampled_logprobs
+        ]
+        rare = 1000 * sum(lp < math.log(0.01) for lp in drawn) / len(drawn)
+        assert summary[f"rare_draws_{when}"] == pytest.approx(rare, abs=0.006)
     sft = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1

@@ -36,7 +36,7 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import bootstrap_ci, group_by_gold_docs
+from harnessrl.eval.evaluate import bootstrap_ci, group_by_gold_docs, rare_draws
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -149,6 +149,7 @@ class _Job:
             "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
             "heldout_by_gold_docs": _by_gold_docs(held),
             **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
+            **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
@@ -341,6 +342,12 @@ def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
             row[f"success_{when}"] = round(sum(map(_succeeded, episodes)) / len(episodes), 4)
             row[f"calls_{when}"] = round(sum(len(e.calls) for e in episodes) / len(episodes), 2)
     return rows
+
+
+def _rare_per_1k(episodes: list[Episode]) -> float:
+    """Tokens sampled at p < 1 % (eval.evaluate.rare_draws) per 1,000 tokens the sampled held-out episodes drew."""
+    drawn = sum(len(c.completion_ids) for e in episodes for c in e.calls if c.trainable and not c.demonstration)
+    return round(1000 * sum(rare_draws(e.calls) for e in episodes) / max(1, drawn), 2)
 
 
 def _error_classes(episodes: list[Episode], docs) -> dict[str, int]:
