@@ -114,6 +114,7 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
         assert rare[side]["episodes"] == len(group)
         if group:
             assert rare[side]["success"] == pytest.approx(sum(e.metrics["success"] for e in group) / len(group))
+    assert ("Success of episodes without a token sampled at p < 1 %" in table) == bool(rare["some"]["episodes"])
 
 
 def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):
@@ -234,7 +235,7 @@ async def test_a_failed_episode_scores_the_failure_reward(policy):
     assert all(e.metrics["latency_seconds"] >= 0 for e in episodes)
     good, bad = (episode_metrics(e, policy.decode) for e in (episodes[0], episodes[2]))
     assert good == {"success": 1.0, "failed": 0.0, "reward": 1.0, "reward/one": 1.0, "steps": 0.0,
-                    "critical_steps": 0.0, "context_tokens": 0.0, "tool_errors": 0.0}  # fmt: skip
+                    "critical_steps": 0.0, "context_tokens": 0.0, "tool_errors": 0.0, "rare_draws": 0.0}  # fmt: skip
     assert "tool crashed" in episodes[2].failure_reason
     assert bad["failed"] == 1.0 and bad["success"] == 0.0
     assert bad["reward"] == bad["reward/failure"] == -0.5

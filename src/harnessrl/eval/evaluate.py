@@ -409,7 +409,7 @@ def markdown(report: dict) -> str:
         )
         lines += ["", f"Success by the gold documents a task needs: {rows}."]
     if (rare := r.get("rare_draws")) and rare["some"]["episodes"]:
-        lines += ["", "Success of episodes without a token sampled at p < 1 %: "
-                  f"{rare['none']['success']:.3g} ({rare['none']['episodes']} episodes); "
-                  f"with one or more: {rare['some']['success']:.3g} ({rare['some']['episodes']})."]  # fmt: skip
+        side = {k: "-" if v["success"] is None else f"{v['success']:.3g}" for k, v in rare.items()}
+        lines += ["", f"Success of episodes without a token sampled at p < 1 %: {side['none']} "
+                  f"({rare['none']['episodes']} episodes); with one or more: {side['some']} ({rare['some']['episodes']})."]  # fmt: skip
     return "\n".join(lines) + "\n"
