@@ -47,6 +47,7 @@ WEIGHTS = {
     "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
     "prose": 0.1,
 }
+_SAME_RUN = ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp", "follow_ups", "records", "fields")
 _BOOKKEEPING = ("resume", "export_only", "export_dir", "minutes", "save_minutes", "probe_minutes", "probe_items")
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
@@ -222,18 +223,7 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
         state = load_state(path)
-        for key in (
-            "hidden",
-            "layers",
-            "width",
-            "seed",
-            "init",
-            "weights",
-            "records_ramp",
-            "follow_ups",
-            "records",
-            "fields",
-        ):
+        for key in _SAME_RUN:
             if state["args"].get(key, getattr(args, key)) != getattr(args, key):
                 flag = "--" + key.replace("_", "-")
                 raise SystemExit(f"{flag} {getattr(args, key)} differs from the run's {state['args'][key]}")

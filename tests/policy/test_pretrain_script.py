@@ -45,6 +45,17 @@ def test_a_stopped_run_resumes_without_gap_and_a_second_stage_starts_from_its_we
     drills = pretrain("--out", str(stage2), "--steps", "4", "--seed", "1", "--resume", *init[:-2], "--follow-ups", "3",
                       "--export-dir", str(tmp_path / "e2"))  # fmt: skip
     assert drills.returncode != 0 and "--follow-ups" in drills.stderr + drills.stdout
+    shape = pretrain("--out", str(stage2), "--steps", "4", "--seed", "1", "--resume", *init, "--fields", "1-1",
+                     "--export-dir", str(tmp_path / "e2"))  # fmt: skip
+    assert shape.returncode != 0 and "--fields" in shape.stderr + shape.stdout
+
+
+def test_records_and_fields_spans_parse_and_bad_ones_are_named():
+    module = _script()
+    assert module.span("--fields", "1-1") == (1, 1) and module.span("--records", "3") == (3, 3)
+    for bad in ("3-1", "0-2", "two"):
+        with pytest.raises(SystemExit, match="--records"):
+            module.span("--records", bad)
 
 
 def test_an_unknown_skill_in_weights_is_named(tmp_path):
