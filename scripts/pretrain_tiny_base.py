@@ -274,7 +274,7 @@ def main() -> None:
             "wall_seconds": wall,
         }
         if time.monotonic() - last_probe > args.probe_minutes * 60:
-            record["probe"] = _probe(model, tokenizer, 40) | _record_cells(model, tokenizer, 40)
+            record["probe"] = _probe(model, tokenizer, 40, halves=True)
             last_probe = time.monotonic()
             print(json.dumps(record), flush=True)
         elif step % 50 == 0:
@@ -292,22 +292,16 @@ def main() -> None:
         export(model, tokenizer, args, step, wall, log_path, packer)
 
 
-def _probe(model, tokenizer, items: int) -> dict[str, float]:
+def _probe(model, tokenizer, items: int, halves: bool = False) -> dict[str, float]:
+    """The probe; with `halves` also the two halves of `record_field`: finding the record by name (one
+    field, three records; chance 1/3) and the field (one record of four fields; chance 1/4)."""
     policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
     try:
-        return probe(policy, items_per_skill=items)
-    finally:
-        policy.close()
-
-
-def _record_cells(model, tokenizer, items: int) -> dict[str, float]:
-    """Finding the record by name (one field, three records; chance 1/3) and the field (one record of
-    four fields; chance 1/4), the two halves of `record_field`."""
-    policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
-    try:
-        return record_grid(policy, items, fields=(1,), records=(3,)) | record_grid(
-            policy, items, fields=(4,), records=(1,)
-        )
+        scores = probe(policy, items_per_skill=items)
+        if halves:
+            for fields, records in ((1, 3), (4, 1)):
+                scores |= record_grid(policy, items, fields=(fields,), records=(records,))
+        return scores
     finally:
         policy.close()
 

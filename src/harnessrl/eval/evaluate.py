@@ -227,10 +227,15 @@ def episode_metrics(episode: Episode, decode: Callable[[list[int]], str]) -> dic
 RARE = math.log(0.01)
 
 
+def policy_draws(calls: list[Call]) -> list[float]:
+    """The recorded logprob of every token the trainable policy sampled (demonstrations and frozen
+    sub-agents left out; a greedy call records 0.0)."""
+    return [lp for c in calls if c.trainable and not c.demonstration for lp in c.sampled_logprobs]
+
+
 def rare_draws(calls: list[Call]) -> int:
-    """Tokens sampled at probability < 1 % by the trainable policy (greedy calls and demonstrations
-    record 0.0 and count none)."""
-    return sum(lp < RARE for c in calls if c.trainable and not c.demonstration for lp in c.sampled_logprobs)
+    """Tokens the trainable policy sampled at probability < 1 %."""
+    return sum(lp < RARE for lp in policy_draws(calls))
 
 
 def by_rare_draws(episodes: list[Episode]) -> dict[str, dict]:

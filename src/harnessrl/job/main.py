@@ -36,7 +36,7 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import bootstrap_ci, group_by_gold_docs, rare_draws
+from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_gold_docs, policy_draws
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -346,8 +346,8 @@ def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
 
 def _rare_per_1k(episodes: list[Episode]) -> float:
     """Tokens sampled at p < 1 % (eval.evaluate.rare_draws) per 1,000 tokens the sampled held-out episodes drew."""
-    drawn = sum(len(c.completion_ids) for e in episodes for c in e.calls if c.trainable and not c.demonstration)
-    return round(1000 * sum(rare_draws(e.calls) for e in episodes) / max(1, drawn), 2)
+    drawn = [lp for e in episodes for lp in policy_draws(e.calls)]
+    return round(1000 * sum(lp < RARE for lp in drawn) / max(1, len(drawn)), 2)
 
 
 def _error_classes(episodes: list[Episode], docs) -> dict[str, int]:

@@ -50,10 +50,13 @@ def token_logprobs(
             logits.reshape(-1, vocab), temperature.reshape(-1), top_p.reshape(-1), keep=targets.reshape(-1)
         ).reshape(*rows, vocab)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    with torch.set_grad_enabled(with_entropy_grad and torch.is_grad_enabled()):  # else a diagnostic, no graph
+    if with_entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
         kept = torch.isfinite(logp_all)  # outside the nucleus: p = 0 and no gradient (entr's is inf x 0 there)
         finite = logp_all.masked_fill(~kept, 0.0)
         entropy = -(finite.exp() * kept * finite).sum(-1)
+    else:
+        with torch.no_grad():  # a diagnostic: no graph through the (B, T-1, V) products
+            entropy = torch.special.entr(logp_all.exp()).sum(-1)
     return logp, entropy
 
 
