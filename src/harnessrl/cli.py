@@ -221,9 +221,7 @@ def train(
                 raise ValueError(
                     "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model or --tool-format"
                 )
-            if not (resume / "config.yaml").is_file():
-                raise FileNotFoundError(f"{resume / 'config.yaml'}: not a run folder")
-            job = JobConfig.load(resume / "config.yaml")
+            job = JobConfig.load_run(resume)
             out, summary = resume, job_module(job).resume(resume)
         else:
             job = JobConfig.load(config)
@@ -293,7 +291,8 @@ def eval_command(
     from harnessrl.job.config import JobConfig
 
     try:
-        job = JobConfig.load(config or _run_config(checkpoint))
+        run = None if config else _run_config(checkpoint)
+        job = JobConfig.load_run(run.parent) if run else JobConfig.load(config)
         job.tool_format = tool_format or job.tool_format
         request = EvalRequest(
             env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,

@@ -3,6 +3,7 @@
 import json
 import math
 import subprocess
+import warnings
 import sys
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from safetensors.torch import load_file
 
 from harnessrl.job import code, main, swarm
-from harnessrl.job.config import JobConfig, SwarmJobConfig
+from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
 from harnessrl.train import TrainConfig
 from harnessrl.types import Episode, read_jsonl
 
@@ -128,6 +129,24 @@ def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):
         with pytest.raises(ValueError, match="differs in eval_tasks, seed(, swarm)?: continue it with --resume"):
             job.run(other.model_copy(update={"swarm": SwarmJobConfig()}) if job is swarm else other, tmp_path / "run")
     assert JobConfig.load(tmp_path / "run" / "config.yaml") == config
+
+
+def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_naming_it(tmp_path):
+    config = JobConfig.model_validate(yaml.safe_load(MINIMAL))
+    main.start_run(config, tmp_path / "run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a config.yaml the job wrote itself sets every key: no warning
+        assert JobConfig.load_run(tmp_path / "run") == config
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    del written["rl"]["train"]["entropy_coef"], written["eval_repeats"]  # as a run of an older harnessrl
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(written))
+    # the run used eval_repeats 1; today's default is 2, which the run would now take: said, not silent
+    with pytest.warns(ConfigDefaultsWarning, match=r"rl.train.entropy_coef \(now -0.1\), eval_repeats \(now 2\)"):
+        assert JobConfig.load_run(tmp_path / "run").eval_repeats == 2
+    with pytest.warns(ConfigDefaultsWarning, match="entropy_coef"):  # and a fresh run into that folder
+        main.start_run(config.model_copy(update={"eval_repeats": 2}), tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        JobConfig.load_run(tmp_path)
 
 
 def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(tmp_path):

@@ -45,7 +45,7 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
 
 
 def resume(out: Path, progress: bool = True) -> dict:
-    return asyncio.run(_CodeJob(JobConfig.load(out / "config.yaml"), out, progress).run())
+    return asyncio.run(_CodeJob(JobConfig.load_run(out), out, progress).run())
 
 
 def task_folder(config: JobConfig, progress: bool) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -200,6 +201,42 @@ class JobConfig(_Strict):
         a block given whole would reset to TrainConfig's own defaults."""
         given = {} if path is None else yaml.safe_load(path.read_text()) or {}
         return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
+
+    @classmethod
+    def load_run(cls, folder: Path) -> JobConfig:
+        """A run folder's own config.yaml. The job writes it whole, so a key it lacks is one added to harnessrl
+        since: that key takes today's default, which may not be what the run used, and a warning names it."""
+        path = folder / "config.yaml"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not a run folder")
+        config = cls.load(path)
+        given = yaml.safe_load(path.read_text()) or {}
+        if unset := _unset(given, config.model_dump(mode="json")):
+            warnings.warn(
+                f"{path} does not set {', '.join(f'{k} (now {v!r})' for k, v in unset.items())}: it was written "
+                "by an older harnessrl, and the run goes on with today's defaults; write a key into the file to "
+                "keep another value",
+                ConfigDefaultsWarning,
+                stacklevel=2,
+            )
+        return config
+
+
+class ConfigDefaultsWarning(UserWarning):
+    """A run's config.yaml lacks keys, so they take today's defaults (JobConfig.load_run)."""
+
+
+def _unset(given, resolved, prefix: str = "") -> dict:
+    """Dotted keys of `resolved` that `given` leaves out, at any depth, with their resolved values."""
+    if not (isinstance(given, dict) and isinstance(resolved, dict)):
+        return {}
+    unset = {}
+    for key, value in resolved.items():
+        if key not in given:
+            unset[prefix + key] = value
+        else:
+            unset |= _unset(given[key], value, f"{prefix}{key}.")
+    return unset
 
 
 def _over(default, given):

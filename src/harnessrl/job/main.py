@@ -60,7 +60,7 @@ def start_run(config: JobConfig, out: Path) -> None:
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
     mixed in (a ValueError names the keys)."""
     if (out / "config.yaml").is_file():
-        changed = _changed(JobConfig.load(out / "config.yaml").model_dump(mode="json"), config.model_dump(mode="json"))
+        changed = _changed(JobConfig.load_run(out).model_dump(mode="json"), config.model_dump(mode="json"))
         if changed:
             raise ValueError(
                 f"{out} holds a run whose config differs in {', '.join(changed)}: continue it with"
@@ -84,9 +84,7 @@ def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 def resume(out: Path, progress: bool = True) -> dict:
     """Continue the run in `out` with its own config.yaml."""
-    if not (out / "config.yaml").is_file():
-        raise FileNotFoundError(f"{out / 'config.yaml'}: not a run folder")
-    return asyncio.run(_Job(JobConfig.load(out / "config.yaml"), out, progress).run())
+    return asyncio.run(_Job(JobConfig.load_run(out), out, progress).run())
 
 
 class _Job:

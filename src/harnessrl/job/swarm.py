@@ -55,7 +55,7 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
 
 
 def resume(out: Path, progress: bool = True) -> dict:
-    config = JobConfig.load(out / "config.yaml")
+    config = JobConfig.load_run(out)
     return asyncio.run(_SwarmJob(config, out, progress, subagent_model(config, progress)).run())
 
 
