@@ -3,8 +3,8 @@
 import json
 import math
 import subprocess
-import warnings
 import sys
+import warnings
 
 import pytest
 import torch
