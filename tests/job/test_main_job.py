@@ -2,9 +2,11 @@
 
 import json
 import math
+import random
 import subprocess
 import sys
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -13,8 +15,9 @@ from safetensors.torch import load_file
 
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
+from harnessrl.job.main import validation_split
 from harnessrl.train import TrainConfig
-from harnessrl.types import Episode, read_jsonl
+from harnessrl.types import Episode, Task, read_jsonl
 
 MINIMAL = """
 model: tiny
@@ -129,6 +132,20 @@ def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):
         with pytest.raises(ValueError, match="differs in eval_tasks, seed(, swarm)?: continue it with --resume"):
             job.run(other.model_copy(update={"swarm": SwarmJobConfig()}) if job is swarm else other, tmp_path / "run")
     assert JobConfig.load(tmp_path / "run" / "config.yaml") == config
+
+
+def test_the_validation_split_keeps_each_hop_counts_share_of_the_train_split():
+    def task(n: int, hops: int) -> Task:
+        return Task(id=f"q-{n}", prompt="?", data={"gold_doc_ids": [f"d-{n}-{h}" for h in range(hops)]})
+
+    # the synthetic train split: 64 / 67 / 65 tasks of 1 / 2 / 3 hops, and one that names no gold document
+    train = [task(n, 1 + (n >= 64) + (n >= 131)) for n in range(196)] + [task(196, 0)]
+    picked = validation_split(train, 16, random.Random(0))
+    # shares 16 x (1, 64, 67, 65) / 197 = 0.08, 5.20, 5.44, 5.28: floors 0 / 5 / 5 / 5, the one left to 5.44
+    assert Counter(len(t.data["gold_doc_ids"]) for t in picked) == {1: 5, 2: 6, 3: 5}
+    assert len({t.id for t in picked}) == 16 and all(t in train for t in picked)
+    assert picked == validation_split(train, 16, random.Random(0)) != validation_split(train, 16, random.Random(1))
+    assert validation_split(train, 0, random.Random(0)) == []
 
 
 def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_naming_it(tmp_path):

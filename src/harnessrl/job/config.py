@@ -58,7 +58,8 @@ class RLConfig(_Strict):
     validation_tasks: int = Field(
         default=16,
         ge=0,
-        description="train-split tasks set aside (no SFT, no RL) to choose the checkpoint; 0 = keep the last",
+        description="train-split tasks set aside (no SFT, no RL) to choose the checkpoint, each hop count (gold "
+        "documents a task needs) keeping its share of the split; 0 = keep the last",
     )
     validation_repeats: int = Field(default=2, ge=1, description="sampled (T = 1) episodes per validation task")
     validate_every: int = Field(
