@@ -184,6 +184,12 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("eval_after.json", "summary.json"):
         (out / name).unlink()
+    # the run's validation split as an earlier harnessrl drew it: the resumed run keeps validating on it
+    records = (out / "validation.jsonl").read_text().splitlines()
+    started_with = sorted(json.loads(x)["task"]["id"] for x in demos.splitlines())[:2]
+    (out / "validation.jsonl").write_text(
+        "".join(json.dumps({**json.loads(r), "tasks": started_with}) + "\n" for r in records)
+    )
     with open(out / "sft" / "metrics.jsonl", "a") as f:  # a step logged after the last checkpoint, and one cut short
         f.write(json.dumps({"step": 2, "loss/sft": 9.0}) + '\n{"step": 3, "lo')
     done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
@@ -193,8 +199,9 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert sft_steps == [1, 2]  # the second run made only the missing step
     rl_lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rl_lines) == 2 and json.loads((out / "summary.json").read_text())["rl_updates"] == 2
-    validated = [json.loads(x)["update"] for x in (out / "validation.jsonl").read_text().splitlines()]
-    assert validated == [0, 1, 2]  # nothing validated twice
+    validated = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in validated] == [0, 1, 2]  # nothing validated twice
+    assert all(sorted(r["tasks"]) == started_with for r in validated)
     bad = subprocess.run(
         [*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120
     )

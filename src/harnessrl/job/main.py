@@ -7,10 +7,11 @@ chosen weights), eval_after.json / .jsonl, phases.json (seconds per finished pha
 start's setup), rewards.png, heldout.png, summary.json.
 
 Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside (neither SFT nor RL
-sees them), each hop count (number of gold documents) keeping its share of the split. Before RL and every `rl.validate_every` updates the policy runs them
-(`rl.validation_repeats` sampled episodes each); the weights with the best validation success (the
-later on a tie; update 0 is the warm start) are kept in best/, and the held-out eval after RL runs
-them. The test split is never used to choose.
+sees them), each hop count (number of gold documents) keeping its share of the split. Before RL and
+every `rl.validate_every` updates the policy runs them (`rl.validation_repeats` sampled episodes
+each); the weights with the best validation success (the later on a tie; update 0 is the warm start)
+are kept in best/, and the held-out eval after RL runs them. The test split is never used to choose;
+a resumed run keeps the validation tasks its validation.jsonl names.
 
 Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
 RL from their newest checkpoint (the task order after an RL resume is re-drawn, not replayed).
@@ -108,7 +109,10 @@ class _Job:
         if not train or not test:
             raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
         size = min(config.rl.validation_tasks, len(train) // 4)
-        self.validation = validation_split(train, size, random.Random(f"{config.seed}:validation"))
+        if named := self._validated_tasks():  # resumed: the split the run started with
+            self.validation = [t for t in train if t.id in named]
+        else:
+            self.validation = validation_split(train, size, random.Random(f"{config.seed}:validation"))
         train = [t for t in train if t not in self.validation]
         index = SearchIndex(docs, out / "index")
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
@@ -296,6 +300,12 @@ class _Job:
         }
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+    def _validated_tasks(self) -> set[str]:
+        """The task ids of the run's first validation (validation.jsonl), none before it validated."""
+        path = self.out / "validation.jsonl"
+        first = path.read_text().split("\n", 1)[0] if path.is_file() else ""
+        return set(json.loads(first)["tasks"]) if first else set()
 
     async def _validation_score(self, harness, tasks: list[Task]) -> float:
         return (await evaluate(self.gateway, harness, tasks))[0]
