@@ -60,6 +60,15 @@ def test_context1_reward_by_hand():
     weighed = JobConfig.model_validate({"reward": {"f_beta": 0.0, "trajectory_recall": 0.5, "anneal_steps": 100}})
     terms = weighed.reward.build().score(e, step=0).terms
     assert terms["f_beta"] == 0.0 and terms["trajectory_recall"] == 0.5 and terms["answer_bonus"] == 1.0
+    # a detector's weight too: at 0 it still flags the episode and costs nothing
+    stuffed = e.model_copy(deep=True)
+    stuffed.outcome.info["doc_ids"] = ["a", "b", "c", "d"]  # one gold document among four cited
+    default, off = (
+        JobConfig.model_validate({"reward": r}).reward.build().score(stuffed) for r in ({}, {"answer_stuffing": 0})
+    )
+    assert default.terms["answer_stuffing"] < 0 and off.terms["answer_stuffing"] == 0.0
+    assert "answer_stuffing" in default.flags and "answer_stuffing" in off.flags
+    assert off.total == pytest.approx(default.total - default.terms["answer_stuffing"])
     with pytest.raises(ValidationError, match="reward.f_bta"):
         JobConfig.model_validate({"reward": {"f_bta": 0.0}})
 

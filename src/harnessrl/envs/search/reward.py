@@ -43,6 +43,7 @@ def context1_reward(
     turn_weight: float = 0.05,
     f_beta_weight: float = 0.7,
     recall_weight: float = 0.3,
+    detector_weights: dict[str, float] | None = None,
 ) -> Reward:
     beta = Schedule(kind="linear", start=4.0, end=2.0, steps=anneal_steps)
     gold = lambda e: set(e.task.data.get("gold_doc_ids", []))  # noqa: E731
@@ -67,7 +68,7 @@ def context1_reward(
             Term("prune_streak", prune_streak, -prune_streak_penalty),
             Term("turns", d.effort_penalty("turns", k=1.0, q=0.5, free=2), -turn_weight, flag=False),
             *d.detector_terms(
-                {"malformed_tool_calls": 0.5, "answer_stuffing": 0.3, "repetition": 0.3},
+                detector_weights or {"malformed_tool_calls": 0.5, "answer_stuffing": 0.3, "repetition": 0.3},
                 malformed_tool_calls=d.malformed_tool_calls,
                 answer_stuffing=d.answer_stuffing(),
                 repetition=d.repetition,
@@ -87,6 +88,13 @@ class SearchReward(BaseModel):
     prune_streak: float = Field(default=0.05, ge=0, description="penalty per prune call beyond one in a row")
     turns: float = Field(default=0.05, ge=0, description="weight of the concave turn penalty (two turns free)")
     anneal_steps: int = Field(default=200, ge=1, description="updates over which beta goes from 4 to 2")
+    malformed_tool_calls: float = Field(
+        default=0.5, ge=0, description="penalty x the share of calls that did not parse"
+    )
+    answer_stuffing: float = Field(
+        default=0.3, ge=0, description="penalty when the cited documents' precision is under the floor (F_beta's guard)"
+    )
+    repetition: float = Field(default=0.3, ge=0, description="penalty for degenerate repetition in a reply")
 
     def build(self) -> Reward:
         return context1_reward(
@@ -96,6 +104,11 @@ class SearchReward(BaseModel):
             turn_weight=self.turns,
             f_beta_weight=self.f_beta,
             recall_weight=self.trajectory_recall,
+            detector_weights={
+                "malformed_tool_calls": self.malformed_tool_calls,
+                "answer_stuffing": self.answer_stuffing,
+                "repetition": self.repetition,
+            },
         )
 
 
