@@ -218,7 +218,7 @@ class JobConfig(_Strict):
                 "by an older harnessrl, and the run goes on with today's defaults; write a key into the file to "
                 "keep another value",
                 ConfigDefaultsWarning,
-                stacklevel=2,
+                stacklevel=1,  # located here, so a CLI that loads the run twice says it once
             )
         return config
 
