@@ -100,6 +100,13 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
     classes = Counter(k for e in episodes for k in e.metrics if k.startswith("error/"))
     assert sum(classes.values()) == 6 and report["error_classes"] == {k[6:]: n for k, n in classes.items()}
     assert "Episodes per error class: " in table
+    by_class = report["reward_by_error_class"]  # each class's mean reward, recomputed; highest first
+    assert set(by_class) == set(report["error_classes"])
+    for name, mean in by_class.items():
+        rewards = [e.metrics["reward"] for e in episodes if e.metrics.get(f"error/{name}")]
+        assert mean == pytest.approx(sum(rewards) / len(rewards))
+    assert list(by_class.values()) == sorted(by_class.values(), reverse=True)
+    assert "Mean reward per error class: " in table
     by_docs = report["by_gold_docs"]  # success per number of gold documents a task needs
     hops = Counter(len(e.task.data["gold_doc_ids"]) for e in episodes)
     assert {n: g["tasks"] for n, g in by_docs.items()} == {str(n): k // 2 for n, k in hops.items()}

@@ -289,6 +289,17 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     return out
 
 
+def reward_by_error_class(episodes: list[Episode], classes: list[str]) -> dict[str, float]:
+    """eval.json's `reward_by_error_class`: the mean reward of the episodes of each error class, highest
+    first. Whether the reward ranks the ways of failing as one would (a wrong answer after one search
+    above one after the gold documents were found pays the agent for giving up early) is read here."""
+    means = {}
+    for name in classes:
+        rewards = [e.metrics["reward"] for e in episodes if e.metrics.get(f"error/{name}")]
+        means[name] = sum(rewards) / len(rewards)
+    return dict(sorted(means.items(), key=lambda item: -item[1]))
+
+
 def group_by_gold_docs(episodes: list[Episode]) -> dict[str, list[Episode]]:
     """Episodes by the number of gold documents their task needs ("1": a lookup, "2" and more:
     hops), fewest first; tasks that name none are left out."""
@@ -368,6 +379,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "ci": {"method": CI_METHOD, "level": CI_LEVEL},
         "metrics": summarize(episodes),
         "error_classes": dict(classes.most_common()),
+        "reward_by_error_class": reward_by_error_class(episodes, list(classes)),
         "by_gold_docs": by_gold_docs(episodes),
         "rare_draws": by_rare_draws(episodes),
         "wall_seconds": time.perf_counter() - started,
@@ -407,6 +419,8 @@ def markdown(report: dict) -> str:
     if r.get("error_classes"):
         counts = ", ".join(f"{k} {v}" for k, v in r["error_classes"].items())  # most frequent first
         lines += ["", f"Episodes per error class: {counts}."]
+        means = ", ".join(f"{k} {v:.3g}" for k, v in r["reward_by_error_class"].items())  # highest first
+        lines += ["", f"Mean reward per error class: {means}."]
     if r.get("by_gold_docs"):
         rows = "; ".join(
             f"{n} gold doc(s), {g['tasks']} tasks: {g['success']['mean']:.3g} [{g['success']['low']:.3g}, {g['success']['high']:.3g}]"
