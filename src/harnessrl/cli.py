@@ -291,8 +291,8 @@ def eval_command(
     from harnessrl.job.config import JobConfig
 
     try:
-        run = None if config else _run_config(checkpoint)
-        job = JobConfig.load_run(run.parent) if run else JobConfig.load(config)
+        run = None if config else _run_folder(checkpoint)
+        job = JobConfig.load_run(run) if run else JobConfig.load(config)
         job.tool_format = tool_format or job.tool_format
         request = EvalRequest(
             env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
@@ -449,14 +449,14 @@ def sandbox(
     raise typer.Exit(0 if result.exit_code == 0 else 1)
 
 
-def _run_config(checkpoint: str) -> Path | None:
-    """The config.yaml of the run folder a checkpoint lies in (the folder itself or up to 3 above)."""
+def _run_folder(checkpoint: str) -> Path | None:
+    """The run folder (it holds a config.yaml) a checkpoint lies in: the folder itself or up to 3 above."""
     folder = Path(checkpoint)
     if not folder.is_dir():  # 'tiny-base', or a path that is not there
         return None
     for candidate in [folder, *folder.resolve().parents][:4]:
         if (candidate / "config.yaml").is_file():
-            return candidate / "config.yaml"
+            return candidate
     return None
 
 

@@ -109,7 +109,8 @@ class _Job:
         if not train or not test:
             raise ValueError(f"the tasks need both splits: {len(train)} train, {len(test)} test")
         size = min(config.rl.validation_tasks, len(train) // 4)
-        if named := self._validated_tasks():  # resumed: the split the run started with
+        if records := self._validation_records():  # resumed: the split the run started with
+            named = set(records[0]["tasks"])
             self.validation = [t for t in train if t.id in named]
         else:
             self.validation = validation_split(train, size, random.Random(f"{config.seed}:validation"))
@@ -279,8 +280,7 @@ class _Job:
 
     async def _validate(self, update: int, harness, trainer: Trainer) -> None:
         """Validation score of the current weights; they go to best/ when no earlier update beat them."""
-        path = self.out / "validation.jsonl"
-        records = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        records = self._validation_records()
         if not self.validation or any(r["update"] == update for r in records):
             return
         episodes = [t for t in self.validation for _ in range(self.config.rl.validation_repeats)]
@@ -298,14 +298,13 @@ class _Job:
             "episodes": len(episodes),
             "tasks": [t.id for t in self.validation],
         }
-        with open(path, "a") as f:
+        with open(self.out / "validation.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
-    def _validated_tasks(self) -> set[str]:
-        """The task ids of the run's first validation (validation.jsonl), none before it validated."""
+    def _validation_records(self) -> list[dict]:
+        """validation.jsonl: one record per validated update ({update, success, episodes, tasks})."""
         path = self.out / "validation.jsonl"
-        first = path.read_text().split("\n", 1)[0] if path.is_file() else ""
-        return set(json.loads(first)["tasks"]) if first else set()
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
     async def _validation_score(self, harness, tasks: list[Task]) -> float:
         return (await evaluate(self.gateway, harness, tasks))[0]
@@ -330,7 +329,8 @@ def validation_split(train: list[Task], size: int, rng: random.Random) -> list[T
         strata.setdefault(len(task.data.get("gold_doc_ids", [])), []).append(task)
     quotas = {hops: size * len(tasks) / len(train) for hops, tasks in sorted(strata.items())}
     counts = {hops: int(q) for hops, q in quotas.items()}
-    for hops in sorted(quotas, key=lambda h: counts[h] - quotas[h])[: size - sum(counts.values())]:
+    by_remainder = sorted(quotas, key=lambda h: quotas[h] - counts[h], reverse=True)
+    for hops in by_remainder[: size - sum(counts.values())]:
         counts[hops] += 1  # the largest remainders take what the floors left
     return [task for hops, tasks in sorted(strata.items()) for task in rng.sample(tasks, counts[hops])]
 
