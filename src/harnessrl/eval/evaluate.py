@@ -46,6 +46,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harnessrl.eval.heldout import HELDOUT_TIMEOUT
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.harness import Harness
 from harnessrl.job.config import JobConfig
@@ -355,7 +356,9 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         raise ValueError(f"--env {request.env}: the {request.split} split has no tasks")
     torch.manual_seed(request.seed)
     policy = Policy.load(model, seed=request.seed, tool_format=request.job.tool_format)
-    rollout = request.job.rl.rollout.model_copy(update={"concurrency": request.concurrency})
+    rollout = request.job.rl.rollout
+    timeout = max(rollout.episode_timeout, HELDOUT_TIMEOUT)  # as the job's held-out eval, so figures agree
+    rollout = rollout.model_copy(update={"concurrency": request.concurrency, "episode_timeout": timeout})
     started = time.perf_counter()
     try:
         episodes = asyncio.run(_run(policy, env, request.repeats, rollout))

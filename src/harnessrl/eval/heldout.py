@@ -10,9 +10,13 @@ from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Episode, Task
 
+# an episode's wall-clock limit when evaluating (the job's held-out and validation runs, `harnessrl eval`):
+# longer than training's, since 32 episodes in flight on 2 cores can take minutes and a timeout is a failure
+HELDOUT_TIMEOUT = 300.0
+
 
 async def evaluate(
-    gateway: GatewayClient, harness: Harness, tasks: list[Task], concurrency: int = 32, timeout: float = 300.0
+    gateway: GatewayClient, harness: Harness, tasks: list[Task], concurrency: int = 32, timeout: float = HELDOUT_TIMEOUT
 ) -> tuple[float, list[Episode]]:
     """(success rate, episodes); an episode that fails (raises, times out) counts as unsuccessful.
 
