@@ -63,12 +63,16 @@ def test_context1_reward_by_hand():
     # a detector's weight too: at 0 it still flags the episode and costs nothing
     stuffed = e.model_copy(deep=True)
     stuffed.outcome.info["doc_ids"] = ["a", "b", "c", "d"]  # one gold document among four cited
-    default, off = (
-        JobConfig.model_validate({"reward": r}).reward.build().score(stuffed) for r in ({}, {"answer_stuffing": 0})
+    on, off = (
+        JobConfig.model_validate({"reward": r}).reward.build().score(stuffed) for r in ({"answer_stuffing": 0.3}, {})
     )
-    assert default.terms["answer_stuffing"] < 0 and off.terms["answer_stuffing"] == 0.0
-    assert "answer_stuffing" in default.flags and "answer_stuffing" in off.flags
-    assert off.total == pytest.approx(default.total - default.terms["answer_stuffing"])
+    assert on.terms["answer_stuffing"] < 0 and off.terms["answer_stuffing"] == 0.0
+    assert "answer_stuffing" in on.flags and "answer_stuffing" in off.flags
+    assert off.total == pytest.approx(on.total - on.terms["answer_stuffing"])
+    # the job's default is the outcome: Context-1's retrieval terms are logged at weight 0
+    outcome = JobConfig().reward.build().score(stuffed, step=0)
+    assert outcome.terms["f_beta"] == outcome.terms["trajectory_recall"] == outcome.terms["turns"] == 0.0
+    assert outcome.terms["answer_bonus"] == 1.0 and outcome.terms["prune_streak"] == pytest.approx(-0.1)
     with pytest.raises(ValidationError, match="reward.f_bta"):
         JobConfig.model_validate({"reward": {"f_bta": 0.0}})
 

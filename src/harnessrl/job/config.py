@@ -166,7 +166,8 @@ class JobConfig(_Strict):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
     reward: SearchReward = Field(
-        default_factory=SearchReward, description="the search job's reward weights (Context-1's terms)"
+        default_factory=SearchReward,
+        description="the search job's reward weights (Context-1's terms; the outcome's by default)",
     )
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     eval_repeats: int = Field(
