@@ -99,6 +99,9 @@ class RewardBreakdown(_Model):
     total: float
     terms: dict[str, float] = Field(default_factory=dict)
     weights: dict[str, float] = Field(default_factory=dict, description="each term's weight at scoring time")
+    values: dict[str, float] = Field(
+        default_factory=dict, description="each term before weighting: a term at weight 0 is watched, not paid"
+    )
     flags: list[str] = Field(default_factory=list, description="hacking detectors that fired")
     failure: str | None = Field(default=None, description="why the reward could not be computed")
 

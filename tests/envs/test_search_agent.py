@@ -73,6 +73,8 @@ def test_context1_reward_by_hand():
     outcome = JobConfig().reward.build().score(stuffed, step=0)
     assert outcome.terms["f_beta"] == outcome.terms["trajectory_recall"] == outcome.terms["turns"] == 0.0
     assert outcome.terms["answer_bonus"] == 1.0 and outcome.terms["prune_streak"] == pytest.approx(-0.1)
+    assert outcome.values["f_beta"] == pytest.approx(f_beta({"a", "b", "c", "d"}, {"a"}, 4.0))  # watched, not paid
+    assert outcome.values["trajectory_recall"] == 1.0 and outcome.total == pytest.approx(1.0 - 0.1)
     with pytest.raises(ValidationError, match="reward.f_bta"):
         JobConfig.model_validate({"reward": {"f_bta": 0.0}})
 

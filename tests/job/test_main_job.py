@@ -70,6 +70,7 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1
     assert len(rl) == 1 and "rollout/groups" in rl[0]  # an RL update (skipped when the group tied)
+    assert rl[0]["reward/f_beta"] == 0.0 and "term/f_beta" in rl[0]  # at weight 0, measured before weighting
     assert set(json.loads((out / "phases.json").read_text())) == {
         "setup",
         "demos",

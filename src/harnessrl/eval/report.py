@@ -55,6 +55,7 @@ RATIOS = tuple(f"policy/{w}_{s}" for w in ("ratio", "is_weight") for s in ("mean
 PANELS = [
     Panel("success", "training batches: success and malformed calls", "share of the batch's episodes", keys=("rollout/success", "rollout/malformed_share")),
     Panel("reward", "reward and its terms", "reward", prefix="reward/", exclude=("reward/std", "reward/max")),
+    Panel("terms", "reward terms before weighting (at weight 0 too)", "value", prefix="term/", only_when_logged=True),
     Panel("hacking", "hacking flags", "share of the batch's episodes flagged", prefix="hacking/"),
     Panel("entropy", "policy entropy on loss tokens", "nats", keys=("policy/entropy",)),
     Panel("clip", "clip fractions", "share of loss tokens", keys=("policy/clip_frac_low", "policy/clip_frac_high", "policy/is_weight_capped")),

@@ -87,7 +87,7 @@ class Reward:
         if self.clamp is not None:
             total = min(max(total, self.clamp[0]), self.clamp[1])
         flags = [t.name for t in self.terms if t.flag and raw[t.name] != 0]
-        return RewardBreakdown(total=total, terms=terms, weights=weights, flags=flags, failure=failure)
+        return RewardBreakdown(total=total, terms=terms, weights=weights, values=raw, flags=flags, failure=failure)
 
 
 async def _values(term: Term, episodes: list[Episode], step: int) -> list[float]:

@@ -425,11 +425,12 @@ def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, 
         return {}
     r = torch.tensor(rewards)
     out = {"reward/mean": float(r.mean()), "reward/std": float(r.std(unbiased=False)), "reward/max": float(r.max())}
-    terms: dict[str, list[float]] = {}
-    for e in episodes:
-        for name, value in e.reward.terms.items():
-            terms.setdefault(name, []).append(value)
-    out.update({f"reward/{name}": sum(v) / len(v) for name, v in terms.items()})
+    for field, prefix in (("terms", "reward/"), ("values", "term/")):  # weighted, and before weighting
+        terms: dict[str, list[float]] = {}
+        for e in episodes:
+            for name, value in getattr(e.reward, field).items():
+                terms.setdefault(name, []).append(value)
+        out.update({f"{prefix}{name}": sum(v) / len(v) for name, v in terms.items()})
     flags = {flag for e in episodes for flag in e.reward.flags}
     out.update({f"hacking/{flag}": sum(flag in e.reward.flags for e in episodes) / len(episodes) for flag in flags})
     return out
