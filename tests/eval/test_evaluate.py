@@ -78,7 +78,7 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
     assert (report["tasks"], report["repeats"], report["episodes"]) == (3, 2, 6)
     metrics = report["metrics"]
     names = set(metrics)
-    assert set(METRICS.split()) | {"reward/f_beta", "reward/answer_bonus"} <= names
+    assert set(METRICS.split()) | {"reward/f_beta", "reward/answer_bonus", "term/f_beta"} <= names
     for name, m in metrics.items():
         assert m["low"] - 1e-9 <= m["mean"] <= m["high"] + 1e-9, name
 
@@ -241,7 +241,7 @@ async def test_a_failed_episode_scores_the_failure_reward(policy):
     assert [e.task.id for e in episodes] == ["good", "good", "bad", "bad"]
     assert all(e.metrics["latency_seconds"] >= 0 for e in episodes)
     good, bad = (episode_metrics(e, policy.decode) for e in (episodes[0], episodes[2]))
-    assert good == {"success": 1.0, "failed": 0.0, "reward": 1.0, "reward/one": 1.0, "steps": 0.0,
+    assert good == {"success": 1.0, "failed": 0.0, "reward": 1.0, "reward/one": 1.0, "term/one": 1.0, "steps": 0.0,
                     "critical_steps": 0.0, "context_tokens": 0.0, "tool_errors": 0.0, "rare_draws": 0.0}  # fmt: skip
     assert "tool crashed" in episodes[2].failure_reason
     assert bad["failed"] == 1.0 and bad["success"] == 0.0

@@ -9,6 +9,7 @@ Per episode (`episode_metrics`, stored in `Episode.metrics`):
     reward           the environment's reward, scored at the end of its schedules (so checkpoints
                      compare under one formula); a failed episode gets the rollout's failure_reward
     reward/<term>    each weighted term of the breakdown; a term an episode lacks counts 0
+    term/<term>      each term before weighting (a term at weight 0 still measured)
     steps            model calls, all agents
     critical_steps   the longest chain of calls, each starting after the previous one ended
     context_tokens   the largest prompt + completion of one call
@@ -210,13 +211,14 @@ def _errors(text: str) -> int:
 def episode_metrics(episode: Episode, decode: Callable[[list[int]], str]) -> dict[str, float]:
     """Every metric of one episode but latency (which only the runner can time)."""
     calls, reward = episode.calls, episode.reward
-    terms = reward.terms if reward else {}
+    terms, values = (reward.terms, reward.values) if reward else ({}, {})
     sizes = [len(c.prompt_ids) + len(c.completion_ids) for c in calls]
     return {
         "success": float(bool(episode.outcome and episode.outcome.success)),
         "failed": float(episode.status == "failed"),
         "reward": reward.total if reward else 0.0,
         **{f"reward/{name}": value for name, value in terms.items()},
+        **{f"term/{name}": value for name, value in values.items()},
         "steps": float(len(calls)),
         "critical_steps": float(critical_steps(calls)),
         "context_tokens": float(max(sizes, default=0)),
@@ -280,8 +282,10 @@ def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     for e in episodes:
         by_task.setdefault(e.task.id, []).append(e)
     names = list(dict.fromkeys(name for e in episodes for name in e.metrics))
-    fixed = [n for n in names if not n.startswith("reward/")]
-    names = fixed + sorted(n for n in names if n.startswith("reward/"))
+    fixed = [n for n in names if not n.startswith(("reward/", "term/"))]
+    names = (
+        fixed + sorted(n for n in names if n.startswith("reward/")) + sorted(n for n in names if n.startswith("term/"))
+    )
     out = {}
     for name in names:
         per_task = [float(np.mean([e.metrics.get(name, 0.0) for e in group])) for group in by_task.values()]

@@ -112,7 +112,11 @@ class RolloutEngine:
         for e in episodes:
             if e.status == "failed":
                 e.reward = RewardBreakdown(
-                    total=penalty, terms={"failure": penalty}, weights={"failure": 1.0}, flags=["failed"]
+                    total=penalty,
+                    terms={"failure": penalty},
+                    weights={"failure": 1.0},
+                    values={"failure": penalty},
+                    flags=["failed"],
                 )
 
     async def train(
