@@ -50,6 +50,7 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     ):
         assert key in summary
     assert summary["peak_memory_mb"] > 100  # a torch process holding a model
+    assert summary["training_trend"] == {"updates": 1, "window": 0, "alarms": []}  # too few updates to compare
     low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
     assert sum(summary["error_classes_before"].values()) == sum(summary["error_classes_after"].values()) == 2
     assert -1 <= low <= high <= 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import random
 import resource
 import shutil
@@ -40,6 +41,7 @@ from harnessrl.envs.search.reward import filter_demonstrations
 from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_gold_docs, policy_draws
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
+from harnessrl.eval.trend import training_trend
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
@@ -47,6 +49,8 @@ from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer, lora_for, precision
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.types import Episode, Task, read_jsonl
+
+log = logging.getLogger(__name__)
 
 ADMIN = "harnessrl-job-admin"
 
@@ -154,6 +158,7 @@ class _Job:
             **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
+            "training_trend": training_trend(out / "metrics.jsonl"),
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
             "wall_seconds": sum(self.seconds.values()),
@@ -161,6 +166,8 @@ class _Job:
             "phase_seconds": self.seconds,
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        for alarm in summary["training_trend"]["alarms"]:  # found, to be explained: never averaged away
+            log.warning("training alarm: %s over RL (summary.json's training_trend; rewards.png)", alarm)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
         plot_heldout(summary, out / "heldout.png")
