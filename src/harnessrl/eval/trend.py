@@ -8,16 +8,17 @@ first and the last `window` updates to exceed `SIGMAS` standard errors of that d
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
+from statistics import fmean, variance
 
-# metric -> the direction that is harm ("-": falling, "+": rising); None: reported, never an alarm
-WATCHED = {"reward/mean": "-", "rollout/success": "-", "rollout/malformed_share": "+", "policy/entropy": None}
-ALARMS = {
-    "reward/mean": "reward_falling",
-    "rollout/success": "success_falling",
-    "rollout/malformed_share": "malformed_rising",
+from harnessrl.eval.report import read_metrics
+
+# metric -> (the direction that is harm: -1 falling, +1 rising, 0 none; the alarm it trips)
+WATCHED = {
+    "reward/mean": (-1, "reward_falling"),
+    "rollout/success": (-1, "success_falling"),
+    "rollout/malformed_share": (+1, "malformed_rising"),
+    "policy/entropy": (0, None),  # reported, never an alarm
 }
 SIGMAS = 2.0
 
@@ -25,25 +26,18 @@ SIGMAS = 2.0
 def training_trend(metrics: Path, window: int = 8) -> dict:
     """{"updates", "window", "<metric>": {"first", "last", "stderr"}, "alarms": [...]} from an RL
     metrics.jsonl (its update lines; `window` shrinks to a third of them when there are few)."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
-    rows = [r for r in rows if "rollout/groups" in r]
+    rows = [r for r in read_metrics(metrics) if "rollout/groups" in r] if metrics.exists() else []
     k = min(window, len(rows) // 3)
     out: dict = {"updates": len(rows), "window": k, "alarms": []}
     if k < 2:
         return out
-    for name, harm in WATCHED.items():
+    for name, (harm, alarm) in WATCHED.items():
         first, last = ([r[name] for r in part if name in r] for part in (rows[:k], rows[-k:]))
         if len(first) < 2 or len(last) < 2:
             continue
-        stderr = math.sqrt(_var(first) / len(first) + _var(last) / len(last))
-        a, b = sum(first) / len(first), sum(last) / len(last)
+        stderr = (variance(first) / len(first) + variance(last) / len(last)) ** 0.5
+        a, b = fmean(first), fmean(last)
         out[name] = {"first": round(a, 4), "last": round(b, 4), "stderr": round(stderr, 4)}
-        change = b - a if harm == "+" else a - b
-        if harm and change > SIGMAS * stderr:
-            out["alarms"].append(ALARMS[name])
+        if harm and harm * (b - a) > SIGMAS * stderr:
+            out["alarms"].append(alarm)
     return out
-
-
-def _var(xs: list[float]) -> float:
-    mean = sum(xs) / len(xs)
-    return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
