@@ -11,6 +11,7 @@ from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences, lora_for
 from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
 
@@ -82,6 +83,21 @@ def test_degenerate_groups_are_dropped_and_counted(fresh_policy):
     assert metrics["rollout/groups_dropped_equal"] == 1 and metrics["rollout/sequences"] == 4
     skipped = trainer.rl_step([groups[1]])  # nothing left to learn from: no optimizer step
     assert skipped["perf/skipped_update"] == 1 and skipped["step"] == trainer.step == 1
+
+
+def test_outcome_filtering_drops_groups_whose_verdicts_tie_even_where_rewards_differ(fresh_policy):
+    groups = sampled_groups(fresh_policy)  # rewards differ within each group
+    for e in groups[0]:  # all failed: penalties differ, the verdict does not
+        e.outcome = Outcome(success=False)
+    for i, e in enumerate(groups[1]):
+        e.outcome = Outcome(success=i == 0)
+    by_reward = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(copy.deepcopy(groups))
+    assert by_reward["rollout/groups_dropped_equal"] == 0 and by_reward["rollout/sequences"] == 8
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(filter_groups_by="outcome"))
+    by_outcome = trainer.rl_step(copy.deepcopy(groups))
+    assert by_outcome["rollout/groups_dropped_equal"] == 1 and by_outcome["rollout/sequences"] == 4
+    groups[1][0].outcome = None  # a harness without a verdict: its rewards decide
+    assert trainer.rl_step(groups)["rollout/groups_dropped_equal"] == 1
 
 
 def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):

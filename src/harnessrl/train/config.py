@@ -29,7 +29,12 @@ class TrainConfig(BaseModel):
     advantage: AdvantageKind = Field(
         default="grpo", description="grpo (mean/std), drgrpo (mean only), rloo (leave-one-out)"
     )
-    dynamic_sampling: bool = Field(default=True, description="drop groups whose rewards are all equal (counted)")
+    dynamic_sampling: bool = Field(default=True, description="drop groups that are all equal (counted)")
+    filter_groups_by: Literal["reward", "outcome"] = Field(
+        default="reward",
+        description="what dynamic sampling compares: reward (the total), or outcome (the harness's success: a "
+        "group that all failed is dropped even where penalties differ; verl's DAPO filter_groups.metric: acc)",
+    )
     credit: Literal["episode", "role"] = Field(
         default="episode",
         description="episode: one advantage per episode; role: each agent role (trainable sub-agents) grouped "

@@ -100,7 +100,9 @@ class Trainer:
             if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
                 failed += 1
                 continue
-            if self.config.dynamic_sampling and is_degenerate(scores):
+            if self.config.dynamic_sampling and is_degenerate(
+                _filter_values(group, scores, self.config.filter_groups_by)
+            ):
                 dropped += 1
                 continue
             credited, small = credited_sequences(
@@ -414,6 +416,14 @@ def _reward(episode: Episode) -> float:
     if episode.reward is None:
         raise ValueError(f"episode {episode.id} has no reward: score it before training")
     return episode.reward.total
+
+
+def _filter_values(group: list[Episode], scores: list[float], by: str) -> list[float]:
+    """What dynamic sampling compares within a group: the rewards, or the outcomes (1 success, 0 not). A group
+    with an episode that has no verdict (a harness that reports none) falls back to its rewards."""
+    if by == "outcome" and all(e.outcome is not None and e.outcome.success is not None for e in group):
+        return [float(e.outcome.success) for e in group]
+    return scores
 
 
 def _share(flags: list[bool]) -> float:
