@@ -35,6 +35,13 @@ class RolloutConfig(BaseModel):
     staleness: int = Field(default=0, ge=0, description="k: 0 = synchronous; k > 0 = rollouts continue during updates")
     episode_timeout: float = Field(default=120.0, gt=0, description="seconds before a harness run is a failed episode")
     failure_reward: float = Field(default=-1.0, description="reward of a failed episode (raised, timed out)")
+    refill_rounds: int = Field(
+        default=0,
+        ge=0,
+        description="DAPO's dynamic sampling: while fewer than groups_per_update groups of a batch are informative "
+        "(the trainer would drop them as tied), sample up to this many more rounds of groups_per_update groups; "
+        "the update trains on every informative one",
+    )
     backend: Literal["local", "ray"] = Field(
         default="local", description="local: harnesses run in this process; ray: on Ray actors (rollout/ray_backend.py)"
     )
@@ -194,12 +201,18 @@ class RolloutEngine:
         self, queue: asyncio.Queue, trainer, tasks: Iterator[Task], producer: asyncio.Task | None
     ) -> list[list[Episode]]:
         cfg = self.config
-        if producer is None:  # synchronous: collect, then train
-            return list(
-                await asyncio.gather(*(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update)))
-            )
         batch: list[list[Episode]] = []
-        while len(batch) < cfg.groups_per_update:
+
+        def short() -> bool:  # refills: more groups while too few are informative, at most refill_rounds rounds
+            if len(batch) >= (1 + cfg.refill_rounds) * cfg.groups_per_update:
+                return False
+            return len(batch) < cfg.groups_per_update or sum(map(trainer.informative, batch)) < cfg.groups_per_update
+
+        while producer is None and short():  # synchronous: collect a round, then train
+            batch += await asyncio.gather(
+                *(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))
+            )
+        while producer is not None and short():
             getter = asyncio.ensure_future(queue.get())
             await asyncio.wait([getter, producer], return_when=asyncio.FIRST_COMPLETED)
             if not getter.done():  # the producer died (tasks ran out, gateway error): say why

@@ -100,9 +100,7 @@ class Trainer:
             if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
                 failed += 1
                 continue
-            if self.config.dynamic_sampling and is_degenerate(
-                _filter_values(group, scores, self.config.filter_groups_by)
-            ):
+            if not self.informative(group):
                 dropped += 1
                 continue
             credited, small = credited_sequences(
@@ -130,6 +128,14 @@ class Trainer:
             **(extra or {}),
         }
         return self._update(sequences, "rl", metrics)
+
+    def informative(self, group: list[Episode]) -> bool:
+        """False for a group the update drops: a judge failed, or dynamic sampling finds it all tied (by
+        `filter_groups_by`). The rollout engine refills a batch's dropped groups (`refill_rounds`)."""
+        if any(e.reward.failure for e in group):
+            return False
+        values = _filter_values(group, [_reward(e) for e in group], self.config.filter_groups_by)
+        return not (self.config.dynamic_sampling and is_degenerate(values))
 
     def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
