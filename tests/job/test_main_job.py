@@ -72,6 +72,8 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
     assert all("loss/sft" in s and "policy/staleness" not in s for s in sft) and len(sft) == 1
     assert len(rl) == 1 and "rollout/groups" in rl[0]  # an RL update (skipped when the group tied)
     assert rl[0]["reward/f_beta"] == 0.0 and "term/f_beta" in rl[0]  # at weight 0, measured before weighting
+    hops = {k.split("_")[-1] for k in rl[0] if k.startswith("hops/success_")}  # the batch's task(s) by gold documents
+    assert hops and hops <= {"1", "2", "3"} and all(rl[0][f"hops/calls_{n}"] >= 1 for n in hops)
     assert set(json.loads((out / "phases.json").read_text())) == {
         "setup",
         "demos",

@@ -65,6 +65,8 @@ PANELS = [
     Panel("kl", "KL to the initial weights", "KL", keys=("policy/kl",)),
     Panel("loss", "policy loss", "loss", keys=("loss/policy",)),
     Panel("sft_loss", "SFT loss", "loss", keys=("loss/sft",), phase="sft"),
+    Panel("hops_success", "training batches: success by gold documents per task", "share", prefix="hops/success_", only_when_logged=True),
+    Panel("hops_calls", "training batches: model calls per episode by gold documents per task", "calls", prefix="hops/calls_", only_when_logged=True),
     Panel("swarm", "swarm: delegation and completion", "share", keys=("swarm/spawn_rate", "swarm/finish_rate"), only_when_logged=True),
     Panel("swarm_steps", "swarm: steps per episode", "steps", keys=("swarm/critical_steps", "swarm/total_steps", "swarm/assigned", "swarm/unfinished"), only_when_logged=True),
     Panel("swarm_lambdas", "PARL auxiliary weights (annealed to 0)", "lambda", keys=("swarm/lambda_parallel", "swarm/lambda_finish"), only_when_logged=True),

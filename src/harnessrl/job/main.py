@@ -140,7 +140,7 @@ class _Job:
                 demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
                 await self._phase("sft", lambda: self._sft(demos))
             before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
-            await self._phase("rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout))
+            await self._phase("rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout, _batch_by_gold_docs))
             chosen = self._load_best()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", agent, greedy, test))
         finally:
@@ -372,6 +372,16 @@ def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
             row[f"success_{when}"] = round(sum(map(_succeeded, episodes)) / len(episodes), 4)
             row[f"calls_{when}"] = round(sum(len(e.calls) for e in episodes) / len(episodes), 2)
     return rows
+
+
+def _batch_by_gold_docs(episodes: list[Episode], _step: int) -> dict[str, float]:
+    """A training batch's success and model calls per episode by gold documents per task (`hops/success_N`,
+    `hops/calls_N`): what RL trades, e.g. lookups gained by answering chains after their first document."""
+    metrics = {}
+    for n, group in group_by_gold_docs(episodes).items():
+        metrics[f"hops/success_{n}"] = sum(map(_succeeded, group)) / len(group)
+        metrics[f"hops/calls_{n}"] = sum(len(e.calls) for e in group) / len(group)
+    return metrics
 
 
 def _rare_per_1k(episodes: list[Episode]) -> float:
