@@ -367,10 +367,9 @@ def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
     on one kind bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
     rows: dict[str, dict] = {}
     for when, all_episodes in held.items():
-        for n, episodes in group_by_gold_docs(all_episodes).items():
-            row = rows.setdefault(n, {"tasks": len({e.task.id for e in episodes})})
-            row[f"success_{when}"] = round(sum(map(_succeeded, episodes)) / len(episodes), 4)
-            row[f"calls_{when}"] = round(sum(len(e.calls) for e in episodes) / len(episodes), 2)
+        for n, (tasks, success, calls) in _success_and_calls(all_episodes).items():
+            row = rows.setdefault(n, {"tasks": tasks})
+            row[f"success_{when}"], row[f"calls_{when}"] = round(success, 4), round(calls, 2)
     return rows
 
 
@@ -378,10 +377,18 @@ def _batch_by_gold_docs(episodes: list[Episode], _step: int) -> dict[str, float]
     """A training batch's success and model calls per episode by gold documents per task (`hops/success_N`,
     `hops/calls_N`): what RL trades, e.g. lookups gained by answering chains after their first document."""
     metrics = {}
-    for n, group in group_by_gold_docs(episodes).items():
-        metrics[f"hops/success_{n}"] = sum(map(_succeeded, group)) / len(group)
-        metrics[f"hops/calls_{n}"] = sum(len(e.calls) for e in group) / len(group)
+    for n, (_, success, calls) in _success_and_calls(episodes).items():
+        metrics[f"hops/success_{n}"], metrics[f"hops/calls_{n}"] = success, calls
     return metrics
+
+
+def _success_and_calls(episodes: list[Episode]) -> dict[str, tuple[int, float, float]]:
+    """Per number of gold documents a task needs: distinct tasks, success and model calls per episode."""
+    return {
+        n: (len({e.task.id for e in group}), sum(map(_succeeded, group)) / len(group),
+            sum(len(e.calls) for e in group) / len(group))
+        for n, group in group_by_gold_docs(episodes).items()
+    }  # fmt: skip
 
 
 def _rare_per_1k(episodes: list[Episode]) -> float:

@@ -134,8 +134,7 @@ class Trainer:
         `filter_groups_by`). The rollout engine refills a batch's dropped groups (`refill_rounds`)."""
         if any(e.reward.failure for e in group):
             return False
-        values = _filter_values(group, [_reward(e) for e in group], self.config.filter_groups_by)
-        return not (self.config.dynamic_sampling and is_degenerate(values))
+        return not (self.config.dynamic_sampling and is_degenerate(_filter_values(group, self.config.filter_groups_by)))
 
     def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
@@ -424,12 +423,12 @@ def _reward(episode: Episode) -> float:
     return episode.reward.total
 
 
-def _filter_values(group: list[Episode], scores: list[float], by: str) -> list[float]:
+def _filter_values(group: list[Episode], by: str) -> list[float]:
     """What dynamic sampling compares within a group: the rewards, or the outcomes (1 success, 0 not). A group
     with an episode that has no verdict (a harness that reports none) falls back to its rewards."""
     if by == "outcome" and all(e.outcome is not None and e.outcome.success is not None for e in group):
         return [float(e.outcome.success) for e in group]
-    return scores
+    return [_reward(e) for e in group]
 
 
 def _share(flags: list[bool]) -> float:
