@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from harnessrl.eval.probe import probe, record_grid
+from harnessrl.eval.probe import context_grid, probe, record_grid
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_messages
 from harnessrl.policy.tiny import build_tiny
@@ -47,7 +47,19 @@ WEIGHTS = {
     "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
     "prose": 0.1,
 }
-_SAME_RUN = ("hidden", "layers", "width", "seed", "init", "weights", "records_ramp", "follow_ups", "records", "fields")
+_SAME_RUN = (
+    "hidden",
+    "layers",
+    "width",
+    "seed",
+    "init",
+    "weights",
+    "records_ramp",
+    "follow_ups",
+    "records",
+    "fields",
+    "history",
+)
 _BOOKKEEPING = ("resume", "export_only", "export_dir", "minutes", "save_minutes", "probe_minutes", "probe_items")
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
@@ -185,18 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--records", default="", help="record_field: records an item, e.g. 2-4 (instead of the ramp)")
     parser.add_argument("--fields", default="2-4", help="record_field: fields a record, e.g. 1-1")
+    parser.add_argument(
+        "--history", default="0", help="earlier copy / recall exchanges before each item, e.g. 0-12: long contexts"
+    )
     return parser
 
 
-def span(flag: str, text: str) -> tuple[int, int]:
-    """`A-B` (or `A`) as (A, B) with 1 <= A <= B."""
+def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
+    """`A-B` (or `A`) as (A, B) with `least` <= A <= B."""
     low, _, high = text.partition("-")
     try:
         pair = (int(low), int(high or low))
     except ValueError:
         raise SystemExit(f"{flag}: expected A-B, e.g. 2-4, got {text!r}") from None
-    if not 1 <= pair[0] <= pair[1]:
-        raise SystemExit(f"{flag}: expected 1 <= A <= B, got {text!r}")
+    if not least <= pair[0] <= pair[1]:
+        raise SystemExit(f"{flag}: expected {least} <= A <= B, got {text!r}")
     return pair
 
 
@@ -215,6 +230,7 @@ def main() -> None:
     packer = Packer(tokenizer, args.seed, args.width, parse_weights(args.weights))
     packer.mixture.follow_ups = args.follow_ups
     packer.mixture.fields = span("--fields", args.fields)
+    packer.mixture.history = span("--history", args.history, least=0)
     records = span("--records", args.records) if args.records else None
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
@@ -294,13 +310,15 @@ def main() -> None:
 
 def _probe(model, tokenizer, items: int, halves: bool = False) -> dict[str, float]:
     """The probe; with `halves` also the two halves of `record_field`: finding the record by name (one
-    field, three records; chance 1/3) and the field (one record of four fields; chance 1/4)."""
+    field, three records; chance 1/3) and the field (one record of four fields; chance 1/4), and
+    copy, recall and `list_calls` behind 1,024 tokens of earlier conversation."""
     policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
     try:
         scores = probe(policy, items_per_skill=items)
         if halves:
             for fields, records in ((1, 3), (4, 1)):
                 scores |= record_grid(policy, items, fields=(fields,), records=(records,))
+            scores |= context_grid(policy, items, lengths=(1024,), skills=("copy", "recall", "list_calls"))
         return scores
     finally:
         policy.close()

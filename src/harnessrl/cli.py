@@ -122,6 +122,11 @@ def probe(
     record_grid: bool = typer.Option(
         False, "--record-grid", help="record_field only, by fields per record x records shown (items per cell)"
     ),
+    context: str = typer.Option(
+        "",
+        help="comma-separated lengths, e.g. 0,512,1024: every skill behind an earlier conversation of at least "
+        "that many tokens (items per cell)",
+    ),
     temperature: float = typer.Option(
         0.0, min=0.0, help="0: greedy; above 0: one seeded sample an item, as RL's rollouts draw (T = 1)"
     ),
@@ -135,6 +140,14 @@ def probe(
     try:
         if record_grid:
             scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)
+        elif context:
+            try:
+                lengths = [int(n) for n in context.split(",")]
+            except ValueError:
+                raise typer.BadParameter(
+                    f"{context!r}: comma-separated token counts, e.g. 0,512,1024", param_hint="--context"
+                ) from None
+            scores = probes.context_grid(policy, items=items, seed=seed, lengths=lengths, temperature=temperature)
         else:
             scores = probes.probe(policy, items_per_skill=items, seed=seed, temperature=temperature)
     finally:

@@ -1,6 +1,6 @@
 import json
 
-from harnessrl.eval.probe import probe, record_grid, score
+from harnessrl.eval.probe import _behind, context_grid, probe, record_grid, score
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Mixture, render_item
 from harnessrl.policy.model import TINY_BASE
@@ -78,3 +78,21 @@ def test_a_sampled_probe_is_seeded_and_really_samples():
         policy.close()
     assert first == again
     assert max(flat.values()) == 0.0 < max(first.values())
+
+
+def test_the_context_grid_puts_the_same_items_behind_longer_conversations():
+    policy = Policy.load("tiny-base")
+    try:
+        items = [Mixture(5).item("copy"), Mixture(6).item("tool_args"), Mixture(8).item("recall")]
+        for item in items:
+            longer = _behind(policy, item, Mixture(7), 300)
+            assert longer.answer == item.answer and longer.tools == item.tools
+            assert longer.messages[-1] == item.messages[-1] and longer.messages[0]["role"] == item.messages[0]["role"]
+            grown = len(policy.encode(policy.render(longer.messages, longer.tools, generation_prompt=True)))
+            plain = len(policy.encode(policy.render(item.messages, item.tools, generation_prompt=True)))
+            assert grown - plain >= 300
+        grid = context_grid(policy, items=4, seed=987_654, lengths=(0, 128), skills=("copy", "recall"))
+    finally:
+        policy.close()
+    assert set(grid) == {f"{s} context={n}" for s in ("copy", "recall") for n in (0, 128)}
+    assert grid["copy context=0"] >= 0.5  # no context: the plain probe's items (v5 copies 0.96 of them)

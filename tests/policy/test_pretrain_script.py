@@ -82,6 +82,20 @@ def test_a_drill_trains_every_answer_and_nothing_else():
     assert tokenizer.decode(ids).endswith(render_item(tokenizer, item, with_answer=True) + "<|endoftext|>")
 
 
+def test_history_goes_before_the_question_and_its_replies_are_trained_too():
+    tokenizer = build_tokenizer()
+    packer = _script().Packer(tokenizer, seed=4, width=512, weights={"record_field": 1.0})
+    packer.mixture.follow_ups, packer.mixture.history = 2, (2, 2)
+    item = next(i for i in (packer.mixture.item("record_field") for _ in range(50)) if len(i.trained) > 2)
+    lead = 1 if item.messages[0]["role"] == "system" else 0
+    assert [m["role"] for m in item.messages[lead : lead + 4]] == ["user", "assistant"] * 2  # two answered exchanges
+    ids, labels = packer.render(item)
+    replies = [item.messages[i]["content"] for i in item.trained] + [item.answer]
+    trained = tokenizer.decode([i for i, label in zip(ids, labels) if label != -100])
+    assert trained == "".join(f"{r}<|im_end|>\n" for r in replies) + "<|endoftext|>"
+    assert _script().span("--history", "0-12", least=0) == (0, 12)
+
+
 def test_probe_items_ask_one_question():
     mixture = Mixture(seed=11)  # follow_ups 0, as the probe draws them
     assert all(not mixture.item("record_field").trained for _ in range(40))

@@ -12,7 +12,7 @@ import json
 
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, SamplingParams
-from harnessrl.policy.mixture import SKILLS, Item, Mixture
+from harnessrl.policy.mixture import SKILLS, Item, Mixture, with_history
 from harnessrl.policy.toolformat import ToolFormat
 
 
@@ -46,6 +46,38 @@ def record_grid(
             mixture.fields, mixture.records = (f, f), (r, r)
             cells += [(f"fields={f} records={r}", mixture.item("record_field")) for _ in range(items)]
     return _accuracy(policy, cells, temperature, seed)
+
+
+def context_grid(
+    policy: Policy,
+    items: int = 40,
+    seed: int = 1_000_003,
+    lengths=(0, 256, 512, 1024),
+    skills=SKILLS,
+    temperature: float = 0.0,
+) -> dict[str, float]:
+    """Each skill's accuracy behind an earlier conversation of at least `length` tokens (copy and recall
+    exchanges with their answers, so names and values the item does not ask for): what a probe of
+    short items cannot see of an agent's ~1,000-token contexts. The same items at every length."""
+    cells = []
+    for length in lengths:
+        mixture, filler = Mixture(seed), Mixture(seed + 1)
+        for skill in skills:
+            cells += [
+                (f"{skill} context={length}", _behind(policy, mixture.item(skill), filler, length))
+                for _ in range(items)
+            ]
+    return _accuracy(policy, cells, temperature, seed)
+
+
+def _behind(policy: Policy, item: Item, filler: Mixture, length: int) -> Item:
+    """`item` behind earlier exchanges of at least `length` tokens."""
+    history, tokens = [], 0
+    while tokens < length:
+        exchange = filler.exchange()
+        tokens += len(policy.encode(policy.render(exchange, None, generation_prompt=False)))
+        history += exchange
+    return with_history(item, history)
 
 
 def _accuracy(

@@ -9,8 +9,9 @@ question passed word for word as a call's argument: "In which year" must not bec
 country"), `entity_call` (the one name or code in a request passed to the tool its keyword names:
 "What is the tide in Olmar?" -> get_tide(place="Olmar")), `list_calls` (one call per listed item,
 in the list's order, each passing its item word for word: parallel calls over a list, sometimes
-after a setup call and with an argument shared by every call), plus plain English prose. Nothing here
-knows any environment's corpus, templates or tasks.
+after a setup call and with an argument shared by every call), plus plain English prose. Any item can
+be put behind a history of earlier answered copy / recall exchanges (`Mixture.history`, `with_history`):
+an agent's long contexts. Nothing here knows any environment's corpus, templates or tasks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
@@ -74,6 +75,7 @@ class Mixture:
         self.records = (2, 5)  # how many records a `record_field` item shows (pretraining ramps it up from 1)
         self.fields = (2, 4)  # and how many fields each record has
         self.follow_ups = 0  # up to this many more questions about the same records (pretraining; the probe asks one)
+        self.history = (0, 0)  # earlier exchanges put before each item's question (pretraining's long contexts)
 
     # ---- values -------------------------------------------------------------------------------
 
@@ -104,7 +106,16 @@ class Mixture:
     # ---- skills -------------------------------------------------------------------------------
 
     def item(self, skill: str) -> Item:
-        return getattr(self, f"_{skill}")()
+        item = getattr(self, f"_{skill}")()
+        count = self.rng.randint(*self.history) if self.history[1] else 0
+        return with_history(item, [m for _ in range(count) for m in self.exchange()], trained=True)
+
+    def exchange(self) -> list[dict]:
+        """An earlier copy or recall exchange, answered: history whose names and values the item does not ask for."""
+        earlier = getattr(self, f"_{self.rng.choice(['copy', 'recall'])}")()
+        return [m for m in earlier.messages if m["role"] != "system"] + [
+            {"role": "assistant", "content": earlier.answer}
+        ]
 
     def _copy(self) -> Item:
         span = " ".join(self.rng.choice([self.name, self.word, self.value])() for _ in range(self.rng.randint(2, 8)))
@@ -363,6 +374,18 @@ _QUOTE_RULES = [
     "Always call {t} first, with {p} set to the exact question.",
     "Look the question up: {t}({p}=<the question as asked>).",
 ]
+
+
+def with_history(item: Item, history: list[dict], trained: bool = False) -> Item:
+    """`item` with `history` (earlier turns) between its system turn, if any, and the rest; `trained`: the
+    history's replies carry loss too."""
+    lead = 1 if item.messages[0]["role"] == "system" else 0
+    own = [lead + i for i, m in enumerate(history) if trained and m["role"] == "assistant"]
+    return replace(
+        item,
+        messages=item.messages[:lead] + history + item.messages[lead:],
+        trained=(*own, *(t + len(history) for t in item.trained)),
+    )
 
 
 def _field_answer(question: dict, value: str, tool: dict | None, param: str | None) -> tuple[str, dict | None]:
