@@ -86,12 +86,11 @@ def wide(tmp_path_factory):
     return searcher, wide_tasks(items, width=4)[0]
 
 
-async def test_expert_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gateway, wide):
+@pytest.mark.parametrize("assign", ["batch", "each"])
+async def test_the_expert_hands_out_every_question_in_one_reply_and_answers_what_came_back(swarm_gateway, wide, assign):
     searcher, task = wide
-    reward = wide_reward()
-    orchestrator = WideOrchestrator("sub", searcher, max_tokens=48)
-    engine = RolloutEngine(swarm_gateway, OrchestratorExpert(orchestrator), reward, RolloutConfig(group_size=2))
-    demo = await engine.episode(task)
+    orchestrator = WideOrchestrator("sub", searcher, max_tokens=48, assign=assign)
+    demo = await RolloutEngine(swarm_gateway, OrchestratorExpert(orchestrator), wide_reward()).episode(task)
     assert demo.status == "finished", demo.failure_reason
     main = [i for i, c in enumerate(demo.calls) if c.agent == "main"]
     subs = [c for c in demo.calls if c.agent == "searcher"]
@@ -101,8 +100,16 @@ async def test_expert_untrained_orchestrator_and_serial_baseline_end_to_end(swar
     steps = Counter(c.lineage for c in subs)
     assert critical_steps(demo.calls) == 2 + max(steps.values()) < len(demo.calls)
     summary = demo.outcome.info["swarm"]
-    assert summary["assigned"] == 4 and len(demo.outcome.info["answers"]) == 4
     assert summary["critical_steps"] == critical_steps(demo.calls)
+    # every question word for word, in order, and the answer is what each sub-agent gave (none: "")
+    assert [r["task"] for r in summary["runs"]] == task.data["questions"]
+    assert demo.outcome.info["answers"] == [r["output"] or "" for r in summary["runs"]]
+
+
+async def test_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gateway, wide):
+    searcher, task = wide
+    reward = wide_reward()
+    orchestrator = WideOrchestrator("sub", searcher, max_tokens=48)
     # the untrained trainable orchestrator runs (whatever it writes) and is scored
     group = await RolloutEngine(swarm_gateway, orchestrator, reward, RolloutConfig(group_size=2)).group(task)
     assert all(

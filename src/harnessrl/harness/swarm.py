@@ -154,7 +154,7 @@ class Swarm:
         return (await self._assign([(agent, task)]))[0]
 
     async def assign_tasks(self, assignments: list[dict[str, str]]) -> str:
-        """Give several tasks at once, run in parallel; returns each output in order.
+        """Give several tasks at once, run in parallel; returns their outputs as a JSON list, in order.
 
         Args:
             assignments: [{"agent": name, "task": text}, ...]
@@ -166,10 +166,7 @@ class Swarm:
             pairs.append((item["agent"], item["task"]))
         if len(pairs) > self.limits.max_parallel:
             return f"error: at most {self.limits.max_parallel} assignments at once"
-        outputs = await self._assign(pairs)
-        return json.dumps(
-            [{"agent": a, "task": t, "output": o} for (a, t), o in zip(pairs, outputs)], ensure_ascii=False
-        )
+        return json.dumps(await self._assign(pairs), ensure_ascii=False)
 
     # ---- running them -----------------------------------------------------------------------
 

@@ -96,6 +96,12 @@ class SwarmJobConfig(_Strict):
     )
     subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
     width: int = Field(default=8, ge=2, description="questions per wide task")
+    assign: Literal["batch", "each"] = Field(
+        default="batch",
+        description="how the orchestrator (and its expert) hands out the questions: one assign_tasks call whose "
+        "one observation lists the outputs in order (the answer copies one list), or one assign_task call each, "
+        "all in one reply (the answer gathers one observation per question)",
+    )
     bundlings: int = Field(
         default=4, ge=1, description="times each train question is bundled into a wide task, drawn anew each time"
     )

@@ -122,8 +122,12 @@ class _SwarmJob(main._Job):
         self.gateway = GatewayClient(
             main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
         )
-        orchestrator = WideOrchestrator(FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens)
-        greedy = WideOrchestrator(FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, temperature=0.0)
+        orchestrator = WideOrchestrator(
+            FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, assign=swarm.assign
+        )
+        greedy = WideOrchestrator(
+            FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, temperature=0.0, assign=swarm.assign
+        )
         self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
         try:

@@ -1,7 +1,9 @@
 """A scripted orchestrator for SFT demonstrations: create one search sub-agent, assign it every
-question (one `assign_task` call each, all in one reply, so they run in parallel: flat arguments are
-easier for a small model to write than one nested `assign_tasks` list), then answer with what the
-sub-agents returned (an error counts as no answer).
+question in one reply, so they run in parallel, then answer with what the sub-agents returned (an
+error counts as no answer). The orchestrator's `assign` form says how: one `assign_tasks` call
+("batch", the default: its one observation lists the outputs in order, so the answer copies one
+list) or one `assign_task` call each ("each": flat arguments, but the answer gathers eight
+observations, and tiny-base skipped and repeated items doing so).
 
 It knows nothing the model cannot see (it copies the questions and the sub-agents' outputs), so a
 model can imitate it exactly. Its replies are recorded through the gateway's
@@ -51,12 +53,22 @@ class OrchestratorExpert:
         tools = swarm.schemas + mine.schemas
         questions = task.data["questions"]
         plan = [tool_call(0, "create_subagent", {"name": self.name, "instructions": SUBAGENT_INSTRUCTIONS})]
-        plan += [tool_call(i + 1, "assign_task", {"agent": self.name, "task": q}) for i, q in enumerate(questions)]
+        if self.orchestrator.assign == "batch":
+            plan += [
+                tool_call(1, "assign_tasks", {"assignments": [{"agent": self.name, "task": q} for q in questions]})
+            ]
+        else:
+            plan += [tool_call(i + 1, "assign_task", {"agent": self.name, "task": q}) for i, q in enumerate(questions)]
         response = await demonstrate(llm, messages, tools, plan)
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
-        results = await swarm.execute(response, mine)  # the assign_task calls run in parallel
+        results = await swarm.execute(response, mine)  # the assignments run in parallel
         messages += results
-        answers = ["" if r["content"].startswith("error:") else r["content"] for r in results[1:]]
+        outputs = (
+            json.loads(results[1]["content"])
+            if self.orchestrator.assign == "batch"
+            else [r["content"] for r in results[1:]]
+        )
+        answers = ["" if o.startswith("error:") else o for o in outputs]
         response = await demonstrate(llm, messages, tools, [tool_call(len(plan), "answer", {"answers": answers})])
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         await swarm.execute(response, mine)

@@ -9,6 +9,8 @@ generous: its context never fills), so its critical steps are all its steps.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import openai
 
 from harnessrl.envs.search.harness import SearchAgent, _Run
@@ -16,11 +18,19 @@ from harnessrl.harness import Toolbox
 from harnessrl.harness.swarm import Assignment, BoundLLM, Swarm, SwarmLimits
 from harnessrl.types import Outcome, Task
 
-SYSTEM = (
-    "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
+# how the orchestrator hands out the questions: one assign_tasks call whose one observation lists the
+# outputs in order ("batch"), or one assign_task call each, all in one reply ("each")
+SYSTEM = {
+    "each": "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
     "question (one assign_task call per question, all in one reply: they run in parallel), then call answer "
-    "with their answers in question order."
-)
+    "with their answers in question order.",
+    "batch": "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
+    "question in one assign_tasks call (they run in parallel), then call answer with their answers in question order.",
+}
+NUDGE = {
+    "each": "Use a tool: assign_task for each question, then answer.",
+    "batch": "Use a tool: assign_tasks with every question, then answer.",
+}
 SUBAGENT_INSTRUCTIONS = "Answer the question from the documents."
 
 
@@ -42,8 +52,9 @@ class WideOrchestrator:
         limits: SwarmLimits | None = None,
         max_tokens: int = 256,
         temperature: float = 1.0,
+        assign: Literal["batch", "each"] = "batch",
     ):
-        self.subagent_model, self.searcher = subagent_model, searcher
+        self.subagent_model, self.searcher, self.assign = subagent_model, searcher, assign
         self.limits = limits or SwarmLimits(
             max_subagent_steps=searcher.max_turns, max_orchestrator_steps=4, max_parallel=16, max_assignments=32
         )
@@ -59,7 +70,7 @@ class WideOrchestrator:
             return "answers recorded"
 
         swarm = Swarm(llm, search_subagent(self.searcher), self.subagent_model, self.limits)
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.prompt}]
+        messages = [{"role": "system", "content": SYSTEM[self.assign]}, {"role": "user", "content": task.prompt}]
         return swarm, Toolbox([answer]), messages, final
 
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
@@ -73,7 +84,7 @@ class WideOrchestrator:
             messages.append(message.model_dump(exclude_none=True))
             messages += await swarm.execute(response, mine)
             if not message.tool_calls:
-                messages.append({"role": "user", "content": "Use a tool: assign_task for each question, then answer."})
+                messages.append({"role": "user", "content": NUDGE[self.assign]})
         return outcome(final, swarm)
 
 
