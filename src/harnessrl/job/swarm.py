@@ -20,6 +20,7 @@ rewards.png, swarm.png, summary.json.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import resource
@@ -122,12 +123,8 @@ class _SwarmJob(main._Job):
         self.gateway = GatewayClient(
             main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
         )
-        orchestrator = WideOrchestrator(
-            FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, assign=swarm.assign
-        )
-        greedy = WideOrchestrator(
-            FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, temperature=0.0, assign=swarm.assign
-        )
+        wide = functools.partial(WideOrchestrator, FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens)
+        orchestrator, greedy = wide(assign=swarm.assign), wide(assign=swarm.assign, temperature=0.0)
         self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
         try:

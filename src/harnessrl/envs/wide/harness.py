@@ -20,12 +20,12 @@ from harnessrl.types import Outcome, Task
 
 # how the orchestrator hands out the questions: one assign_tasks call whose one observation lists the
 # outputs in order ("batch"), or one assign_task call each, all in one reply ("each")
+_LEAD = "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
 SYSTEM = {
-    "each": "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
-    "question (one assign_task call per question, all in one reply: they run in parallel), then call answer "
-    "with their answers in question order.",
-    "batch": "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
-    "question in one assign_tasks call (they run in parallel), then call answer with their answers in question order.",
+    "each": _LEAD + "question (one assign_task call per question, all in one reply: they run in parallel), then call "
+    "answer with their answers in question order.",
+    "batch": _LEAD + "question in one assign_tasks call (they run in parallel), then call answer with their answers "
+    "in question order.",
 }
 NUDGE = {
     "each": "Use a tool: assign_task for each question, then answer.",
