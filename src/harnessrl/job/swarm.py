@@ -123,8 +123,10 @@ class _SwarmJob(main._Job):
         self.gateway = GatewayClient(
             main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
         )
-        wide = functools.partial(WideOrchestrator, FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens)
-        orchestrator, greedy = wide(assign=swarm.assign), wide(assign=swarm.assign, temperature=0.0)
+        wide = functools.partial(
+            WideOrchestrator, FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, assign=swarm.assign
+        )
+        orchestrator, greedy = wide(), wide(temperature=0.0)
         self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
         try:
