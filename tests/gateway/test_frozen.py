@@ -106,3 +106,55 @@ def test_frozen_specs():
         parse_frozen("search")
     with pytest.raises(ValueError, match="has the trainable policy's name"):
         create_app(Policy.load("tiny"), ADMIN_KEY, frozen={"tiny": Proxied("http://x/v1", "y")})
+
+
+async def test_a_pinned_models_greedy_repeats_share_one_generation(swarm_models):
+    import asyncio
+
+    from harnessrl.gateway.models import Pinned
+    from harnessrl.policy.engine import SamplingParams
+
+    frozen = Pinned(swarm_models[1], cache=2)
+    client = GatewayClient(ADMIN_KEY, app=create_app(swarm_models[0], ADMIN_KEY, frozen={"sub": frozen}))
+    keys = [(await client.create_episode()) for _ in range(3)]
+
+    async def ask(key: str, content: str, temperature: float = 0.0):
+        llm = client.openai(key)
+        messages = [{"role": "user", "content": content}]
+        return await llm.chat.completions.create(model="sub", messages=messages, max_tokens=12, temperature=temperature)
+
+    replies = await asyncio.gather(*(ask(key, "same question") for _, key in keys))  # in flight together
+    assert frozen.hits == 2 and len({r.choices[0].message.content for r in replies}) == 1
+    episodes = [await client.episode(episode_id) for episode_id, _ in keys]
+    calls = [e.calls[0] for e in episodes]  # each episode records its own call, not a shared list
+    assert calls[0].completion_ids == calls[1].completion_ids and calls[0].completion_ids is not calls[1].completion_ids
+    direct = swarm_models[1].engine.generate_sync(calls[0].prompt_ids, SamplingParams(temperature=0.0, max_tokens=12))
+    assert calls[0].completion_ids == direct.ids  # what the engine makes greedily for that prompt
+    await ask(keys[0][1], "same question", temperature=1.0)  # sampled: never shared
+    await ask(keys[0][1], "another")
+    await ask(keys[0][1], "a third")  # two kept: "same question" is forgotten
+    await ask(keys[1][1], "same question")
+    assert frozen.hits == 2
+    await ask(keys[2][1], "a third")
+    assert frozen.hits == 3
+    await client.aclose()
+
+
+async def test_a_shared_generation_is_cancelled_when_its_last_caller_goes(swarm_models):
+    import asyncio
+
+    from harnessrl.gateway.models import Pinned
+    from harnessrl.policy.engine import SamplingParams
+
+    frozen = Pinned(swarm_models[1], cache=8)
+    params = SamplingParams(temperature=0.0, max_tokens=2000, ignore_eos=True)
+    callers = [asyncio.ensure_future(frozen.generate([5, 6, 7], params)) for _ in range(2)]
+    await asyncio.sleep(0.2)
+    callers[0].cancel()
+    await asyncio.sleep(0.2)
+    (shared,) = frozen._kept.values()
+    assert not shared.task.done()  # one caller still waits: the generation goes on
+    callers[1].cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await asyncio.sleep(0.1)
+    assert shared.task.cancelled() and not frozen._kept  # given up and forgotten: the next request generates

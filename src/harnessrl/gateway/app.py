@@ -322,7 +322,10 @@ def create_app(
         if record is not None:
             record.in_flight += 1
         try:
-            completions = await _unless_disconnected(request, model.engine.generate(prompt_ids, params, body.n))
+            generation = (served or model.engine).generate(
+                prompt_ids, params, body.n
+            )  # a Pinned may answer from its cache
+            completions = await _unless_disconnected(request, generation)
         finally:
             if record is not None:
                 record.in_flight -= 1

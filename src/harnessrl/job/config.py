@@ -95,6 +95,12 @@ class SwarmJobConfig(_Strict):
         "default with this job's model, seed, data and agent",
     )
     subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
+    subagent_cache: int = Field(
+        default=4096,
+        ge=0,
+        description="greedy sub-agent completions kept by prompt: a repeat (the episodes of a group, the phases "
+        "that run the same questions) is answered from the one generation; 0 generates every call",
+    )
     width: int = Field(default=8, ge=2, description="questions per wide task")
     assign: Literal["batch", "each"] = Field(
         default="batch",

@@ -120,9 +120,8 @@ class _SwarmJob(main._Job):
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         frozen = Policy.load(self.subagent, tool_format=config.tool_format)
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
-        self.gateway = GatewayClient(
-            main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: Pinned(frozen)})
-        )
+        pinned = Pinned(frozen, cache=swarm.subagent_cache)
+        self.gateway = GatewayClient(main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: pinned}))
         wide = functools.partial(
             WideOrchestrator, FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, assign=swarm.assign
         )
@@ -173,6 +172,7 @@ class _SwarmJob(main._Job):
             "total_steps_single": baseline["total_steps"],
             "total_steps_swarm": after["total_steps"],
             "rl_updates": config.rl.updates,
+            "subagent_cache_hits": pinned.hits,  # sub-agent calls answered from an identical earlier one
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
             "wall_seconds": sum(self.seconds.values()),
