@@ -23,7 +23,7 @@ def test_serve_and_an_example_agent_over_http(tmp_path):
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", str(port), "--admin-key", "cli-admin-key",
-         "--frozen", "scout=tiny-base"],
+         "--frozen", "scout=tiny-base", "--frozen-cache", "64"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

@@ -44,6 +44,9 @@ def serve(
         "NAME=http://HOST/v1#UPSTREAM (proxied; key from HARNESSRL_FROZEN_API_KEY); requests with model NAME "
         "go there and are recorded untrainable. Repeatable.",
     ),
+    frozen_cache: int = typer.Option(
+        0, min=0, help="greedy completions each pinned --frozen model keeps: identical greedy requests share one"
+    ),
     registry: Path | None = typer.Option(
         None, help="serve the promoted version of this model registry and follow promotions (instead of --model)"
     ),
@@ -68,7 +71,7 @@ def serve(
     from harnessrl.gateway.models import parse_frozen
 
     try:
-        frozen_models = dict(parse_frozen(spec, tool_format) for spec in frozen)
+        frozen_models = dict(parse_frozen(spec, tool_format, frozen_cache) for spec in frozen)
     except ValueError as exc:  # FrozenSpecError, PolicyLoadError
         raise typer.BadParameter(str(exc), param_hint="--frozen") from None
     background, recorder = [], None

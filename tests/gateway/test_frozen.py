@@ -102,6 +102,9 @@ def test_frozen_specs():
     name, frozen = parse_frozen("search=http://10.0.0.2:8000/v1/#Qwen/Qwen3-8B")
     assert name == "search" and frozen == Proxied("http://10.0.0.2:8000/v1", "Qwen/Qwen3-8B")
     assert parse_frozen("w=https://h/v1")[1].model == "w"
+    pinned = parse_frozen("w=tiny", cache=3)[1]
+    assert pinned.cache == 3 and pinned.policy.name == "tiny"
+    pinned.policy.close()
     with pytest.raises(FrozenSpecError, match="expected NAME=MODEL"):
         parse_frozen("search")
     with pytest.raises(ValueError, match="has the trainable policy's name"):

@@ -99,3 +99,24 @@ def test_demonstrations_longer_than_the_orchestrator_may_write_are_refused(tmp_p
     assert job._fits(fits) == fits
     with pytest.raises(ValueError, match=r"swarm.orchestrator_max_tokens: 100 .* longest reply \(101 tokens"):
         job._fits([demo(20), demo(101)])
+
+
+def test_rl_questions_are_never_demonstrated_validated_or_tested():
+    from harnessrl.envs.search import synthetic
+    from harnessrl.job.swarm import wide_splits
+
+    _, items = synthetic(0, people=120)
+    config = JobConfig.model_validate({"swarm": {"rl_questions": 0.3}, "rl": {"validation_tasks": 2}})
+
+    def questions(tasks):
+        return {q for t in tasks for q in t.data["questions"]}
+
+    validation, train, rl_train, test = wide_splits(items, config)
+    n_train = sum(t.split == "train" for t in items)
+    assert len(questions(validation)) == 2 * 8 and len(questions(rl_train)) == round(0.3 * (n_train - 16))
+    assert all(t.id.startswith("wide-rl-") for t in rl_train)
+    parts = [questions(x) for x in (validation, train, rl_train, test)]
+    assert sum(map(len, parts)) == len(set().union(*parts)) == n_train + len(questions(test))  # disjoint, all used
+    config.swarm.rl_questions = 0.0
+    again = wide_splits(items, config)
+    assert again[2] is again[1] and again[0] == validation and again[3] == test  # RL on the demonstrated tasks

@@ -103,10 +103,10 @@ class FrozenSpecError(ValueError):
     """A `--frozen` value that names no model."""
 
 
-def parse_frozen(spec: str, tool_format: str = "auto") -> tuple[str, Frozen]:
+def parse_frozen(spec: str, tool_format: str = "auto", cache: int = 0) -> tuple[str, Frozen]:
     """`NAME=MODEL` (tiny-base, a preset, a folder or a .gguf, loaded pinned) or `NAME=http(s)://HOST/v1#UPSTREAM`
     (proxied; UPSTREAM, the model name the endpoint knows, defaults to NAME; the key comes from
-    $HARNESSRL_FROZEN_API_KEY when set)."""
+    $HARNESSRL_FROZEN_API_KEY when set). `cache`: a pinned model's kept greedy completions."""
     import os
 
     name, sep, source = spec.partition("=")
@@ -115,4 +115,4 @@ def parse_frozen(spec: str, tool_format: str = "auto") -> tuple[str, Frozen]:
     if source.startswith(("http://", "https://")):
         url, _, upstream = source.partition("#")
         return name, Proxied(url.rstrip("/"), upstream or name, os.environ.get("HARNESSRL_FROZEN_API_KEY"))
-    return name, Pinned(Policy.load(source, tool_format=tool_format))
+    return name, Pinned(Policy.load(source, tool_format=tool_format), cache)

@@ -111,6 +111,13 @@ class SwarmJobConfig(_Strict):
     bundlings: int = Field(
         default=4, ge=1, description="times each train question is bundled into a wide task, drawn anew each time"
     )
+    rl_questions: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of the train questions (after validation's) never demonstrated: RL's tasks are bundled "
+        "from them alone, so RL practises on questions SFT did not memorise; 0: RL on the demonstrated tasks",
+    )
     limits: SwarmLimits = Field(
         default_factory=lambda: SwarmLimits(
             max_orchestrator_steps=4, max_parallel=16, max_assignments=32, max_critical_steps=8

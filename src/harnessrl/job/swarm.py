@@ -41,7 +41,7 @@ from harnessrl.policy import Policy
 from harnessrl.rewards.parl import SwarmAlarms, swarm_metrics
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
-from harnessrl.types import Episode, read_jsonl
+from harnessrl.types import Episode, Task, read_jsonl
 
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
@@ -86,6 +86,28 @@ def search_config(config: JobConfig) -> JobConfig:
     return search
 
 
+def wide_splits(items, config: JobConfig) -> tuple[list[Task], list[Task], list[Task], list[Task]]:
+    """(validation, demonstrated train, RL, test) wide tasks. Validation's questions are set aside first
+    (whole tasks, a quarter of the train questions at most), then `swarm.rl_questions` of the rest for
+    RL alone; without those RL draws from the demonstrated tasks."""
+    swarm = config.swarm
+    n_train = sum(t.split == "train" for t in items)
+    n_validation = min(config.rl.validation_tasks, n_train // 4 // swarm.width)
+    items, held = set_aside(items, n_validation * swarm.width, config.seed)
+    validation = wide_tasks(held, swarm.width, config.seed, name="validation")
+    n_rl = round(swarm.rl_questions * (n_train - len(held)))
+    items, rl_only = set_aside(items, n_rl, config.seed, purpose="rl")
+    tasks = wide_tasks(items, swarm.width, config.seed, swarm.bundlings)
+    train = [t for t in tasks if t.split == "train"]
+    rl_train = wide_tasks(rl_only, swarm.width, config.seed, swarm.bundlings, name="rl") if n_rl else train
+    test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
+    if not train or not test or not rl_train:
+        raise ValueError(
+            f"the wide tasks need both splits: {len(train)} train ({len(rl_train)} for RL), {len(test)} test"
+        )
+    return validation, train, rl_train, test
+
+
 def _mean_f1(episodes: list[Episode]) -> float:
     return sum(item_f1(e) for e in episodes) / max(len(episodes), 1)
 
@@ -105,15 +127,7 @@ class _SwarmJob(main._Job):
             docs, items = load(config.data.corpus, config.data.tasks)
         else:
             docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
-        n_train = sum(t.split == "train" for t in items)
-        n_validation = min(config.rl.validation_tasks, n_train // 4 // swarm.width)  # whole tasks, a quarter at most
-        items, held = set_aside(items, n_validation * swarm.width, config.seed)
-        self.validation = wide_tasks(held, swarm.width, config.seed, name="validation")
-        tasks = wide_tasks(items, swarm.width, config.seed, swarm.bundlings)
-        train = [t for t in tasks if t.split == "train"]
-        test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
-        if not train or not test:
-            raise ValueError(f"the wide tasks need both splits: {len(train)} train, {len(test)} test")
+        self.validation, train, rl_train, test = wide_splits(items, config)
         a = config.agent
         searcher = SearchAgent(SearchIndex(docs, out / "index"), a.context_budget, a.max_turns, a.k, a.max_tokens,
                                temperature=swarm.subagent_temperature)  # fmt: skip
@@ -143,7 +157,7 @@ class _SwarmJob(main._Job):
             greedy_before = await self._phase(
                 "eval_before_greedy", lambda: self._eval("eval_before_greedy", greedy, test, repeats=1)
             )
-            await self._phase("rl", lambda: self._rl(orchestrator, train))
+            await self._phase("rl", lambda: self._rl(orchestrator, rl_train))
             chosen = self._load_best()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
             greedy_after = await self._phase(

