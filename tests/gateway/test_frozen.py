@@ -161,3 +161,5 @@ async def test_a_shared_generation_is_cancelled_when_its_last_caller_goes(swarm_
     await asyncio.gather(*callers, return_exceptions=True)
     await asyncio.sleep(0.1)
     assert shared.task.cancelled() and not frozen._kept  # given up and forgotten: the next request generates
+    again = await frozen.generate([5, 6, 7], SamplingParams(temperature=0.0, max_tokens=4))
+    assert len(again[0].ids) == 4 and frozen.hits == 1  # generated anew (the one hit: the second caller joining)

@@ -322,9 +322,8 @@ def create_app(
         if record is not None:
             record.in_flight += 1
         try:
-            generation = (served or model.engine).generate(
-                prompt_ids, params, body.n
-            )  # a Pinned may answer from its cache
+            # a pinned frozen model may answer from its cache of greedy completions
+            generation = (served or model.engine).generate(prompt_ids, params, body.n)
             completions = await _unless_disconnected(request, generation)
         finally:
             if record is not None:

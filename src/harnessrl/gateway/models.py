@@ -66,9 +66,10 @@ class _Shared:
 
     task: asyncio.Task
     waiting: int = 0
+    given_up: bool = False  # cancelled by its last caller (the task may not have stopped yet)
 
     def usable(self) -> bool:
-        return self.task.get_loop() is asyncio.get_running_loop() and not self.task.cancelled()
+        return self.task.get_loop() is asyncio.get_running_loop() and not self.given_up and not self.task.cancelled()
 
     async def wait(self) -> list[Completion]:
         self.waiting += 1
@@ -76,6 +77,7 @@ class _Shared:
             return await asyncio.shield(self.task)
         except asyncio.CancelledError:
             if self.waiting == 1 and not self.task.done():  # the last one waiting: free the engine's rows
+                self.given_up = True
                 self.task.cancel()
             raise
         finally:
