@@ -111,14 +111,18 @@ def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path,
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_refill_samples_more_groups_while_too_few_are_informative(setup, tmp_path, staleness):
     policy, gateway, _ = setup
-    # tied tasks score 0 for every episode (the trainer drops such a group); the others score their logprob sum
+    # tied tasks score 0 for every episode (the trainer drops such a group); t3, t7, ... score their logprob sum
     reward = Reward([weighted("logp", lambda e: 0.0 if e.task.data.get("tie") else sum(e.calls[0].sampled_logprobs))])
-    tasks = itertools.cycle([Task(id=f"t{i}", prompt=f"Time in city {i}?", data={"tie": i % 2 == 0}) for i in range(4)])
+    tasks = itertools.cycle([Task(id=f"t{i}", prompt=f"Time in city {i}?", data={"tie": i != 3}) for i in range(4)])
     trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=policy)
     config = RolloutConfig(group_size=2, groups_per_update=2, staleness=staleness, concurrency=8, refill_rounds=1)
     (refilled,) = asyncio.run(RolloutEngine(gateway, harness, reward, config).train(trainer, tasks, 1, progress=False))
-    # a round of 2 groups held 1 informative one, so a second round ran: 4 groups, 2 dropped, 2 trained on
-    assert refilled["rollout/groups"] == 4 and refilled["rollout/groups_dropped_equal"] == 2
+    # at most one informative group among any three taken (with staleness 1 groups arrive in the order they
+    # finish, and at most 2 are started ahead), so the refill always runs to its cap: 4 groups
+    dropped = refilled["rollout/groups_dropped_equal"]
+    assert refilled["rollout/groups"] == 4 and (dropped == 3 if staleness == 0 else dropped in (3, 4))
     config = config.model_copy(update={"refill_rounds": 0})
     (plain,) = asyncio.run(RolloutEngine(gateway, harness, reward, config).train(trainer, tasks, 1, progress=False))
-    assert plain["rollout/groups"] == 2 and plain["rollout/groups_dropped_equal"] == 1
+    assert plain["rollout/groups"] == 2  # no refill: one round, however few are informative
+    if staleness == 0:  # synchronous rounds take the tasks in order: t4, t5 (ties)
+        assert plain["rollout/groups_dropped_equal"] == 2
