@@ -1,13 +1,16 @@
 """Several models behind one gateway, and the call tree: frozen calls recorded untrainable at a fixed
 version, sub-agent calls placed under the call that spawned them, never inside the orchestrator's chain."""
 
+import asyncio
+
 import openai
 import pytest
 
 from harnessrl.calltree import critical_steps
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
-from harnessrl.gateway.models import FrozenSpecError, Proxied, parse_frozen
+from harnessrl.gateway.models import FrozenSpecError, Pinned, Proxied, parse_frozen
 from harnessrl.policy import Policy
+from harnessrl.policy.engine import SamplingParams
 from harnessrl.train.sequences import episode_sequences
 from tests.conftest import ADMIN_KEY
 
@@ -112,11 +115,6 @@ def test_frozen_specs():
 
 
 async def test_a_pinned_models_greedy_repeats_share_one_generation(swarm_models):
-    import asyncio
-
-    from harnessrl.gateway.models import Pinned
-    from harnessrl.policy.engine import SamplingParams
-
     frozen = Pinned(swarm_models[1], cache=2)
     client = GatewayClient(ADMIN_KEY, app=create_app(swarm_models[0], ADMIN_KEY, frozen={"sub": frozen}))
     keys = [(await client.create_episode()) for _ in range(3)]
@@ -144,11 +142,6 @@ async def test_a_pinned_models_greedy_repeats_share_one_generation(swarm_models)
 
 
 async def test_a_shared_generation_is_cancelled_when_its_last_caller_goes(swarm_models):
-    import asyncio
-
-    from harnessrl.gateway.models import Pinned
-    from harnessrl.policy.engine import SamplingParams
-
     frozen = Pinned(swarm_models[1], cache=8)
     params = SamplingParams(temperature=0.0, max_tokens=2000, ignore_eos=True)
     callers = [asyncio.ensure_future(frozen.generate([5, 6, 7], params)) for _ in range(2)]

@@ -36,6 +36,7 @@ class Pinned:
     _kept: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)  # key -> _Shared
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
+        """The engine's completions; a greedy repeat (with `cache`) gets copies of the one generation's."""
         if not self.cache or params.temperature > 0:
             return await self.policy.engine.generate(prompt_ids, params, n)
         key = (tuple(prompt_ids), params.max_tokens, tuple(params.stop), params.ignore_eos, n)
