@@ -7,4 +7,7 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # headless Chromium (Debian's package) for tests/eval/test_report.py; needs root and the Debian mirror
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
-python -m pytest -q "$@"
+# one worker a core, each test file on one worker (module fixtures run once); one torch thread a
+# worker, as two workers with torch's own pool of one thread a core would oversubscribe the cores
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+python -m pytest -q -n auto --dist loadfile "$@"
