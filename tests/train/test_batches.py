@@ -3,7 +3,7 @@ import torch
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import episode_sequences
-from harnessrl.train.batches import micro_batch, tail_logits
+from harnessrl.train.batches import micro_batch, tail_logits, tail_logprobs
 from harnessrl.train.losses import token_logprobs
 from harnessrl.train.sequences import Sequence
 from tests.train.helpers import sampled_groups
@@ -70,3 +70,31 @@ def test_without_shared_prompts_the_batch_is_one_plain_forward():
     mb = micro_batch(distinct)
     assert mb.prefix_ids.shape[1] == 0 and mb.ids.shape[1] == max(len(s) for s in distinct)
     assert mb.mask.sum() == sum(s.loss_tokens for s in distinct)
+
+
+def test_projecting_only_the_loss_positions_changes_no_logprob_entropy_or_gradient():
+    seqs = _sequences()
+    model, _ = build_tiny(seed=0)
+    model.train()
+    mb = micro_batch(seqs)
+    mb.temperature = torch.rand(mb.mask.shape) + 0.5  # scored as sampled: temperature and nucleus per token
+    mb.top_p = torch.where(torch.rand(mb.mask.shape) < 0.5, 0.9, 1.0)
+    on = mb.mask.bool()
+    for sampled in (False, True):
+        sampling = (mb.temperature, mb.top_p) if sampled else ()
+        results = []
+        for ours in (False, True):
+            model.zero_grad()
+            if ours:
+                logp, entropy = tail_logprobs(model, mb, sampled=sampled, with_entropy_grad=True)
+            else:
+                logp, entropy = token_logprobs(tail_logits(model, mb), mb.ids, *sampling, with_entropy_grad=True)
+            ((logp - 0.1 * entropy) * mb.mask * mb.advantages).sum().backward()
+            results.append((logp.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()]))
+        (full_logp, full_entropy, want), (logp, entropy, got) = results
+        assert torch.allclose(logp[on], full_logp[on], atol=1e-5) and torch.allclose(
+            entropy[on], full_entropy[on], atol=1e-5
+        )
+        assert not logp[~on].any() and not entropy[~on].any()  # off the loss mask: nothing computed
+        for g, w in zip(got, want):
+            assert float((g - w).norm()) <= 1e-4 * float(w.norm()) + 1e-7

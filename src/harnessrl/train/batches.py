@@ -5,7 +5,7 @@ the prefix (every token before the one whose logits score the first loss token) 
 rest). The forward runs each distinct prefix of the micro-batch once, then every tail against its
 prefix's keys and values, so the transformer body sees P x prompt + P x G x completion tokens
 instead of P x G x (prompt + completion), and the vocabulary projection and log-softmax run on the
-tails only. The loss positions get the same logits as a full forward (up to float rounding), and the
+tails' loss positions only. The loss positions get the same logits as a full forward (up to float rounding), and the
 gradient reaches the prefix through its keys and values.
 
 Per-token tensors are laid out along the tails: column t of row b scores tail token t + 1 (as
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from harnessrl.train import losses
 from harnessrl.train.sequences import Sequence
 
 SHARED_MIN = 0.25  # split off the prefixes only when that saves at least this share of the tokens
@@ -99,12 +100,44 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
 
 
 def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
-    """(B, T, V) fp32 logits of the tails; the prefixes run once each and are shared through their keys and values.
+    """(B, T, V) fp32 logits of every tail position (`tail_logprobs` projects only the loss positions)."""
+    hidden = _tail_hidden(model, mb)
+    with torch.autocast(hidden.device.type, enabled=False):
+        return model.get_output_embeddings()(hidden.float())
 
-    The transformer body runs under whatever autocast the caller set; the final projection runs in
-    fp32 outside it, so bf16 training perturbs the logprobs only through the body's hidden states
-    (the sampler runs the whole model in fp32).
+
+def tail_logprobs(
+    model, mb: MicroBatch, sampled: bool = False, with_entropy_grad: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (B, T - 1) as `losses.token_logprobs` lays them out, 0 off the loss mask.
+
+    Only the positions that score a loss token go through the vocabulary projection and the
+    log-softmax: in agent episodes most tail tokens are tool results and prompts (the search job's
+    SFT: 11 % loss tokens). `sampled` scores the distribution each token was sampled from
+    (`mb.temperature`, `mb.top_p`); otherwise the model's own softmax. The transformer body runs under
+    whatever autocast the caller set; the projection and the softmax in fp32 outside it, so bf16
+    training perturbs the logprobs only through the body's hidden states (the sampler runs the whole
+    model in fp32).
     """
+    hidden = _tail_hidden(model, mb)
+    where = mb.mask > 0  # (B, T - 1): position t scores tail token t + 1
+    sampling = (mb.temperature[where], mb.top_p[where]) if sampled else ()
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = model.get_output_embeddings()(hidden[:, :-1][where].float())  # (N, V)
+        logp, entropy = losses.row_logprobs(
+            logits, mb.ids[:, 1:][where], *sampling, with_entropy_grad=with_entropy_grad
+        )
+
+    def spread(values: torch.Tensor) -> torch.Tensor:
+        out = values.new_zeros(where.shape)
+        out[where] = values
+        return out
+
+    return spread(logp), spread(entropy)
+
+
+def _tail_hidden(model, mb: MicroBatch) -> torch.Tensor:
+    """(B, T, H) last hidden states of the tails; the prefixes run once each and are shared through their keys and values."""
     body = model.get_decoder()
     cache = None
     if mb.prefix_ids.shape[1]:
@@ -118,11 +151,7 @@ def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
         cache = DynamicCache(
             ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers]
         )
-    hidden = body(
-        input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache
-    ).last_hidden_state
-    with torch.autocast(hidden.device.type, enabled=False):
-        return model.get_output_embeddings()(hidden.float())  # (B, T, V)
+    return body(input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache).last_hidden_state
 
 
 def _cut(seq: Sequence) -> int:

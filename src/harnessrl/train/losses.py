@@ -32,30 +32,43 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (B, T - 1): logp[:, t] = log pi(ids[:, t + 1] | ids[:, :t + 1]).
 
-    With `temperature` and `top_p` ((B, T - 1), how each token was sampled), pi is the distribution
+    `row_logprobs` on every position of (B, T, V) logits; `temperature` and `top_p` are (B, T - 1).
+    """
+    rows, vocab = ids[:, 1:].shape, logits.shape[-1]
+    flat = [None if x is None else x.reshape(-1) for x in (temperature, top_p)]
+    logp, entropy = row_logprobs(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1), *flat, with_entropy_grad)
+    return logp.reshape(rows), entropy.reshape(rows)
+
+
+def row_logprobs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    with_entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (N,): the log-probability of each row's target under its logits (N, V).
+
+    With `temperature` and `top_p` ((N,), how each token was sampled), pi is the distribution
     the sampler drew from (policy.sampling.sampling_logprobs: softmax(logits / T) cut to the top-p
     nucleus, the scored token always kept), so the ratio against the recorded logprob is 1 on policy.
     Without them it is the model's own softmax (SFT, T = 1). The entropy is that distribution's, in fp32,
     differentiable only with `with_entropy_grad` (an entropy term in the loss).
     """
-    logits = logits[:, :-1].float()  # (B, T-1, V)
-    targets = ids[:, 1:]
+    logits = logits.float()
     if temperature is None and top_p is None:
         logp_all = torch.log_softmax(logits, dim=-1)
     else:
-        rows, vocab = targets.shape, logits.shape[-1]
-        temperature = torch.ones(rows) if temperature is None else temperature
-        top_p = torch.ones(rows) if top_p is None else top_p
-        logp_all = sampling_logprobs(
-            logits.reshape(-1, vocab), temperature.reshape(-1), top_p.reshape(-1), keep=targets.reshape(-1)
-        ).reshape(*rows, vocab)
-    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        temperature = torch.ones(len(targets)) if temperature is None else temperature
+        top_p = torch.ones(len(targets)) if top_p is None else top_p
+        logp_all = sampling_logprobs(logits, temperature, top_p, keep=targets)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     if with_entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
         kept = torch.isfinite(logp_all)  # outside the nucleus: p = 0 and no gradient (entr's is inf x 0 there)
         finite = logp_all.masked_fill(~kept, 0.0)
         entropy = -(finite.exp() * kept * finite).sum(-1)
     else:
-        with torch.no_grad():  # a diagnostic: no graph through the (B, T-1, V) products
+        with torch.no_grad():  # a diagnostic: no graph through the (N, V) products
             entropy = torch.special.entr(logp_all.exp()).sum(-1)
     return logp, entropy
 

@@ -30,7 +30,7 @@ import torch
 from harnessrl.policy import Policy
 from harnessrl.train import losses, precision
 from harnessrl.train.advantages import is_degenerate
-from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logits
+from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logprobs
 from harnessrl.train.checkpoint import load_state, save_checkpoint
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.credit import credited_sequences
@@ -212,12 +212,9 @@ class Trainer:
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
         for i, mb in enumerate(micro):
-            with self._autocast():
-                logits = tail_logits(self.model, mb)  # (B, T, V) fp32, T: the tails after the shared prompts
-            # RL scores the distribution each token was sampled from (temperature, nucleus); SFT the model's own
-            sampling = (mb.temperature, mb.top_p) if rl else ()
             bonus = cfg.entropy_coef if rl else 0.0
-            logp, entropy = losses.token_logprobs(logits, mb.ids, *sampling, with_entropy_grad=bool(bonus))  # (B, T-1)
+            with self._autocast():  # RL scores the distribution each token was sampled from; SFT the model's own
+                logp, entropy = tail_logprobs(self.model, mb, sampled=rl, with_entropy_grad=bool(bonus))  # (B, T-1)
             mask = mb.mask * mb.sampled if rl else mb.mask
             if not rl:
                 per_token, ratio, weight, kl = -logp, None, None, None
@@ -256,8 +253,7 @@ class Trainer:
     def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
         """The sampling distribution's logprobs under `model` (the proximal policy or the reference)."""
         with self._autocast():
-            logits = tail_logits(model, mb)
-        return losses.token_logprobs(logits, mb.ids, mb.temperature, mb.top_p)[0]
+            return tail_logprobs(model, mb, sampled=True)[0]
 
     def _autocast(self):
         return precision.autocast(self.precision)
