@@ -3,7 +3,7 @@ import torch
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import episode_sequences
-from harnessrl.train.batches import micro_batch, tail_logits, tail_logprobs
+from harnessrl.train.batches import micro_batch, micro_batches, tail_logits, tail_logprobs
 from harnessrl.train.losses import token_logprobs
 from harnessrl.train.sequences import Sequence
 from tests.train.helpers import sampled_groups
@@ -98,3 +98,14 @@ def test_projecting_only_the_loss_positions_changes_no_logprob_entropy_or_gradie
         assert not logp[~on].any() and not entropy[~on].any()  # off the loss mask: nothing computed
         for g, w in zip(got, want):
             assert float((g - w).norm()) <= 1e-4 * float(w.norm()) + 1e-7
+
+
+def test_micro_batches_keep_both_the_token_and_the_loss_token_budget():
+    def seq(length: int, loss: int) -> Sequence:
+        return Sequence(ids=[5] * length, loss_mask=[0] * (length - loss) + [1] * loss, sampled_logprobs=[0.0] * length,
+                        versions=[0] * length)  # fmt: skip
+
+    seqs = [seq(100, 60), seq(90, 50), seq(80, 10), seq(70, 10), seq(20, 5)]
+    assert [[len(s) for s in mb] for mb in micro_batches(seqs, 300)] == [[100, 90, 80], [70, 20]]
+    assert [[len(s) for s in mb] for mb in micro_batches(seqs, 300, loss_budget=65)] == [[100], [90, 80], [70, 20]]
+    assert [[len(s) for s in mb] for mb in micro_batches(seqs, 10_000, loss_budget=70)] == [[100], [90, 80, 70], [20]]

@@ -47,11 +47,16 @@ class MicroBatch:
         return self.prefix_ids.numel() + self.ids.numel()
 
 
-def micro_batches(sequences: list[Sequence], budget: int) -> list[list[Sequence]]:
-    """Longest first, packed while (rows x longest row) stays within the token budget."""
+def micro_batches(sequences: list[Sequence], budget: int, loss_budget: int | None = None) -> list[list[Sequence]]:
+    """Longest first, packed while (rows x longest row) stays within the token budget and the loss
+    tokens (the rows `tail_logprobs` projects onto the vocabulary) within `loss_budget`."""
     batches: list[list[Sequence]] = []
     for seq in sorted(sequences, key=len, reverse=True):
-        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget:
+        if (
+            batches
+            and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget
+            and (loss_budget is None or sum(s.loss_tokens for s in batches[-1]) + seq.loss_tokens <= loss_budget)
+        ):
             batches[-1].append(seq)
         else:
             batches.append([seq])

@@ -75,8 +75,8 @@ class Trainer:
         log.info("trainer: %s", self.precision_reason)
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl != "none" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        vocab = model.get_output_embeddings().weight.shape[0]  # large vocabularies get fewer tokens a micro-batch
-        self.micro_tokens = max(16, min(config.token_budget, config.logit_budget // vocab))
+        vocab = model.get_output_embeddings().weight.shape[0]  # large vocabularies get fewer loss tokens a micro-batch
+        self.micro_loss_tokens = max(16, config.logit_budget // vocab)
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
@@ -201,7 +201,7 @@ class Trainer:
         """One optimizer step's micro-batches (prompts shared, train/batches.py), their proximal and
         reference logprobs when the loss needs them, and the step's normalisers."""
         cfg = self.config
-        micro = [micro_batch(mb) for mb in micro_batches(sequences, self.micro_tokens)]
+        micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget, self.micro_loss_tokens)]
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
         num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
