@@ -8,6 +8,7 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # headless Chromium (Debian's package) for tests/eval/test_report.py; needs root and the Debian mirror
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 # one worker a core, each test file on one worker (module fixtures run once); one torch thread a
-# worker, as two workers with torch's own pool of one thread a core would oversubscribe the cores
+# worker, as two workers with torch's own pool of one thread a core would oversubscribe the cores (session
+# fixtures run once a worker)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 python -m pytest -q -n auto --dist loadfile "$@"

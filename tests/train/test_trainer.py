@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences, lora_for
+from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
@@ -117,8 +118,9 @@ def test_micro_batching_gives_the_same_update_as_one_batch(fresh_policy):
     # a logit budget (loss tokens x vocabulary) splits the batch too (large vocabularies), the same update
     capped = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(token_budget=100_000, logit_budget=2**16))
     m = capped.rl_step(groups)
-    loss_tokens = m["perf/loss_tokens"]
-    assert m["perf/micro_batches"] >= loss_tokens / capped.micro_loss_tokens > 1
+    sequences = [s for group in groups for e in group for s in episode_sequences(e, 0.0)]
+    expected = micro_batches(sequences, 100_000, capped.micro_loss_tokens)
+    assert m["perf/micro_batches"] == len(expected) > 1
     assert m["loss/policy"] == pytest.approx(one_token[2], abs=1e-6)
 
 

@@ -9,7 +9,8 @@ tails' loss positions only. The loss positions get the same logits as a full for
 gradient reaches the prefix through its keys and values.
 
 Per-token tensors are laid out along the tails: column t of row b scores tail token t + 1 (as
-`losses.token_logprobs`). It knows sequences and tensors; nothing about losses or episodes.
+`losses.token_logprobs`). It knows sequences and tensors, and scores the loss positions with
+`losses.row_logprobs`; nothing about episodes.
 """
 
 from __future__ import annotations
@@ -51,15 +52,15 @@ def micro_batches(sequences: list[Sequence], budget: int, loss_budget: int | Non
     """Longest first, packed while (rows x longest row) stays within the token budget and the loss
     tokens (the rows `tail_logprobs` projects onto the vocabulary) within `loss_budget`."""
     batches: list[list[Sequence]] = []
+    loss = 0  # loss tokens of the last micro-batch
     for seq in sorted(sequences, key=len, reverse=True):
-        if (
-            batches
-            and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget
-            and (loss_budget is None or sum(s.loss_tokens for s in batches[-1]) + seq.loss_tokens <= loss_budget)
-        ):
+        fits = batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= budget
+        if fits and (loss_budget is None or loss + seq.loss_tokens <= loss_budget):
             batches[-1].append(seq)
+            loss += seq.loss_tokens
         else:
             batches.append([seq])
+            loss = seq.loss_tokens
     return batches
 
 
@@ -105,7 +106,8 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
 
 
 def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
-    """(B, T, V) fp32 logits of every tail position (`tail_logprobs` projects only the loss positions)."""
+    """(B, T, V) fp32 logits of every tail position: the reference the tests and
+    benchmarks/loss_positions.py hold `tail_logprobs` (which projects only the loss positions) to."""
     hidden = _tail_hidden(model, mb)
     with torch.autocast(hidden.device.type, enabled=False):
         return model.get_output_embeddings()(hidden.float())
@@ -142,7 +144,7 @@ def tail_logprobs(
 
 
 def _tail_hidden(model, mb: MicroBatch) -> torch.Tensor:
-    """(B, T, H) last hidden states of the tails; the prefixes run once each and are shared through their keys and values."""
+    """(B, T, H) last hidden states of the tails; each prefix runs once, shared through its keys and values."""
     body = model.get_decoder()
     cache = None
     if mb.prefix_ids.shape[1]:

@@ -96,9 +96,9 @@ class TrainConfig(BaseModel):
     logit_budget: int = Field(
         default=2**27,
         ge=2**16,
-        description="most logits (loss tokens x vocabulary) a micro-batch holds: a 49k-vocabulary model gets "
-        "2,730 loss tokens (each fp32 copy of 8,192 x 49k logits is 1.6 GB, and the loss makes several); "
-        "only loss positions are projected onto the vocabulary",
+        description="most logits (loss tokens x vocabulary) a micro-batch holds, since only loss positions are "
+        "projected onto the vocabulary: a 49k-vocabulary model gets 2,730 loss tokens (each fp32 copy of "
+        "2,730 x 49k logits is 0.54 GB, and the loss makes several); a longer sequence gets a micro-batch alone",
     )
     lora: LoraConfig | None = Field(default=None, description="train LoRA adapters instead of all weights")
     precision: Precision = Field(

@@ -159,7 +159,7 @@ def aggregate(
               original GRPO, which favours short answers (Liu et al. 2025).
     constant  sum / (sequences x norm_tokens): Dr.GRPO's length-unbiased constant normaliser.
     """
-    masked = per_token * mask
+    masked = torch.where(mask > 0, per_token, 0.0) * mask  # an inf off the mask must not make the sum NaN
     if how == "token":
         return masked.sum() / max(num_tokens, 1)
     if how == "sequence":
