@@ -8,8 +8,9 @@ trainer's path until 2026-12-03: `tail_logits` + `losses.token_logprobs`), same 
 Each episode is a multi-turn agent conversation as the gateway records it: a prompt, then `turns`
 completions (sampled tokens, the loss) each followed by a tool result (no loss), so one merged
 sequence per episode; the defaults are shaped like the search main job's (prompt ~300 tokens, 14 %
-of the tokens carry loss; the job's SFT 11 %, its RL 15 %). Both variants run `Trainer.sft_step` on the episodes and `Trainer.rl_step`
-on them as 4 groups (PPO-clip, entropy term on), alternating, fp32; medians are reported.
+of the tokens carry loss; the job's SFT 11 %, its RL 15 %). Both variants run `Trainer.sft_step` on
+the episodes and `Trainer.rl_step` on them as 4 groups (PPO-clip, entropy term on), alternating,
+fp32; medians are reported.
 The last line is one JSON object: {"sft_speedup": X, "rl_speedup": Y, "loss_share": S, ...}.
 """
 
@@ -105,7 +106,8 @@ def main() -> None:
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} "
         f"threads); model {args.model} (vocabulary {len(policy.tokenizer)}); {args.episodes} episodes of "
-        f"{tokens // args.episodes} tokens, {loss_tokens / tokens:.0%} loss tokens; seconds per step, median of {args.rounds}"
+        f"{tokens // args.episodes} tokens, {loss_tokens / tokens:.0%} loss tokens; "
+        f"seconds per step, median of {args.rounds}"
     )
     print(json.dumps({
         "sft_speedup": round(median["sft_all_positions"] / median["sft_ours"], 3),

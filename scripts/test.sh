@@ -7,8 +7,7 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # headless Chromium (Debian's package) for tests/eval/test_report.py; needs root and the Debian mirror
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
-# one worker a core, each test file on one worker (module fixtures run once); one torch thread a
-# worker, as two workers with torch's own pool of one thread a core would oversubscribe the cores (session
-# fixtures run once a worker)
+# one worker a core, each test file on one worker (module fixtures run once, session fixtures once a
+# worker); one torch thread a worker: torch's own pool of a thread a core in each would oversubscribe
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 python -m pytest -q -n auto --dist loadfile "$@"

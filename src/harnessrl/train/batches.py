@@ -5,8 +5,8 @@ the prefix (every token before the one whose logits score the first loss token) 
 rest). The forward runs each distinct prefix of the micro-batch once, then every tail against its
 prefix's keys and values, so the transformer body sees P x prompt + P x G x completion tokens
 instead of P x G x (prompt + completion), and the vocabulary projection and log-softmax run on the
-tails' loss positions only. The loss positions get the same logits as a full forward (up to float rounding), and the
-gradient reaches the prefix through its keys and values.
+tails' loss positions only. The loss positions get the same logits as a full forward (up to float
+rounding), and the gradient reaches the prefix through its keys and values.
 
 Per-token tensors are laid out along the tails: column t of row b scores tail token t + 1 (as
 `losses.token_logprobs`). It knows sequences and tensors, and scores the loss positions with
