@@ -1,3 +1,5 @@
+import random
+
 import torch
 
 from harnessrl.policy import Policy
@@ -33,14 +35,8 @@ def _sequences() -> list[Sequence]:
     return [*seqs, turns, early]
 
 
-def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
-    seqs = _sequences()
-    model, _ = build_tiny(seed=0)
-    model.train()
-    mb = micro_batch(seqs)
-    assert mb.prefix_ids.shape[0] == 3  # the two prompts and the empty prefix
-    assert mb.mask.sum() == sum(s.loss_tokens for s in seqs)  # none has loss on token 0
-    # the unoptimised computation: each whole sequence on its own
+def _matches_whole_rows(model, seqs: list[Sequence], mb) -> None:
+    """The micro-batch's logprobs and gradients are those of each whole sequence run on its own."""
     expected, reference = [], torch.zeros(())
     for s in seqs:
         ids = torch.tensor([s.ids])
@@ -62,6 +58,36 @@ def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
     shared.backward()
     for p, want in zip(model.parameters(), expected_grads):  # relative to the tensor's norm: CPUs round differently
         assert float((p.grad - want).norm()) <= 1e-4 * float(want.norm()) + 1e-7
+
+
+def test_shared_prompts_give_the_full_forward_logprobs_and_gradients():
+    seqs = _sequences()
+    model, _ = build_tiny(seed=0)
+    model.train()
+    mb = micro_batch(seqs)
+    assert mb.prefix_ids.shape[0] == 3  # the two prompts and the empty prefix
+    assert mb.mask.sum() == sum(s.loss_tokens for s in seqs)  # none has loss on token 0
+    _matches_whole_rows(model, seqs, mb)
+
+
+def test_distinct_prompts_share_the_head_every_row_begins_with():
+    """SFT on distinct tasks: one system prompt and tool schemas, then each task's own prompt and
+    reply. The head runs once; every row's tail starts after it."""
+    rng = random.Random(0)
+    head = [rng.randrange(3, 200) for _ in range(40)]
+    seqs = []
+    for first, prompt, reply in [(3, 5, 9), (4, 8, 4), (5, 3, 12)]:  # distinct first tokens after the head
+        ids = head + [first] + [rng.randrange(3, 200) for _ in range(prompt + reply)]
+        mask = [0] * (len(head) + 1 + prompt) + [1] * reply
+        seqs.append(Sequence(ids=ids, loss_mask=mask, sampled_logprobs=[-rng.randrange(1, 12) / 4 * m for m in mask],
+                             versions=[0 if m else -1 for m in mask], advantage=rng.uniform(-1, 1)))  # fmt: skip
+    mb = micro_batch(seqs)
+    assert mb.prefix_ids.tolist() == [head]
+    assert mb.positions[:, 0].tolist() == [len(head)] * 3
+    model, _ = build_tiny(seed=0)
+    model.train()
+    _matches_whole_rows(model, seqs, mb)
+    assert micro_batch(seqs[:1]).prefix_ids.shape[1] == 0  # one row alone shares nothing
 
 
 def test_without_shared_prompts_the_batch_is_one_plain_forward():

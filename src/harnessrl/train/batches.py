@@ -6,7 +6,9 @@ rest). The forward runs each distinct prefix of the micro-batch once, then every
 prefix's keys and values, so the transformer body sees P x prompt + P x G x completion tokens
 instead of P x G x (prompt + completion), and the vocabulary projection and log-softmax run on the
 tails' loss positions only. The loss positions get the same logits as a full forward (up to float
-rounding), and the gradient reaches the prefix through its keys and values.
+rounding), and the gradient reaches the prefix through its keys and values. Rows of distinct tasks
+(SFT) share a shorter prefix instead, the head they all begin with (a system prompt and tool
+schemas), when that saves more (`_shared_cuts`).
 
 Per-token tensors are laid out along the tails: column t of row b scores tail token t + 1 (as
 `losses.token_logprobs`). It knows sequences and tensors, and scores the loss positions with
@@ -66,13 +68,8 @@ def micro_batches(sequences: list[Sequence], budget: int, loss_budget: int | Non
 
 def micro_batch(batch: list[Sequence]) -> MicroBatch:
     """The tensors of one micro-batch, each distinct prefix once."""
-    cuts = [_cut(s) for s in batch]
+    cuts = _shared_cuts(batch)
     heads = [tuple(s.ids[:cut]) for s, cut in zip(batch, cuts)]
-    if sum(cuts) - sum(map(len, set(heads))) < SHARED_MIN * sum(map(len, batch)):
-        cuts, heads = (
-            [0] * len(batch),
-            [()] * len(batch),
-        )  # little is shared (e.g. SFT on distinct tasks): one plain forward
     rows: dict[tuple[int, ...], int] = {}
     prefix_of = [rows.setdefault(head, len(rows)) for head in heads]
     prefixes = list(rows)
@@ -159,6 +156,21 @@ def _tail_hidden(model, mb: MicroBatch) -> torch.Tensor:
             ddp_cache_data=[(layer.keys[mb.prefix_of], layer.values[mb.prefix_of]) for layer in prefix.layers]
         )
     return body(input_ids=mb.ids, attention_mask=mb.attention, position_ids=mb.positions, cache=cache).last_hidden_state
+
+
+def _shared_cuts(batch: list[Sequence]) -> list[int]:
+    """Where each row's tail begins. Either after its whole prompt (a group's G samples share it) or
+    after the prefix every row shares (a system prompt and tool schemas: SFT on distinct tasks),
+    whichever saves more tokens; 0 everywhere (one plain forward) when neither saves SHARED_MIN."""
+    prompts = [_cut(s) for s in batch]
+    by_prompt = sum(prompts) - sum(map(len, {tuple(s.ids[:cut]) for s, cut in zip(batch, prompts)}))
+    common = min(prompts)
+    for s in batch[1:]:
+        common = next((i for i in range(common) if s.ids[i] != batch[0].ids[i]), common)
+    by_common = (len(batch) - 1) * common
+    if max(by_prompt, by_common) < SHARED_MIN * sum(map(len, batch)):
+        return [0] * len(batch)
+    return prompts if by_prompt >= by_common else [common] * len(batch)
 
 
 def _cut(seq: Sequence) -> int:
