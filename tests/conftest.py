@@ -83,17 +83,14 @@ def teach_tool_use(
         logp = torch.log_softmax(logits, -1)
         taught = targets[:, 1:] != -100
         token_logp = logp.gather(-1, targets[:, 1:].clamp_min(0)[..., None]).squeeze(-1)[taught]
-        if step % 5 == 0 and float(token_logp.detach().min().exp()) >= min_prob:
-            break
+        if float(token_logp.detach().min().exp()) >= min_prob:
+            policy.update_weights(model.state_dict())
+            return step
         (-token_logp.mean()).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # tiny: 75-80 steps instead of ~215 at lr 3e-3
         optimizer.step()
         optimizer.zero_grad()
-    else:
-        raise RuntimeError(
-            f"teach_tool_use: a taught token is still below probability {min_prob} after {max_steps} steps"
-        )
-    policy.update_weights(model.state_dict())
-    return step
+    raise RuntimeError(f"teach_tool_use: a taught token is still below probability {min_prob} after {max_steps} steps")
 
 
 def _taught_tokens(policy: Policy, dialogue: list[dict]) -> tuple[list[int], list[int]]:

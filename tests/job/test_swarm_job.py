@@ -20,7 +20,9 @@ eval_tasks: 1
 eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
 sft: {steps: 1, batch_episodes: 2}
-swarm: {subagent_run: SEARCH, subagent_config: SEARCH.yaml, width: 3, orchestrator_max_tokens: 320}
+swarm:
+  {subagent_run: SEARCH, subagent_config: SEARCH.yaml, width: 3, orchestrator_max_tokens: 320,
+   limits: {max_orchestrator_steps: 2, max_critical_steps: 4}}  # one round: delegate, answer
 rl:
   updates: 1
   validation_tasks: 2
@@ -32,7 +34,9 @@ rl:
 
 def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path):
     (tmp_path / "swarm.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
-    (tmp_path / "search.yaml").write_text("\n".join(x for x in MINIMAL.splitlines() if not x.startswith("swarm:")))
+    (tmp_path / "search.yaml").write_text(
+        yaml.safe_dump({k: v for k, v in yaml.safe_load(MINIMAL).items() if k != "swarm"})
+    )
     out = tmp_path / "run"
     train = [sys.executable, "-m", "harnessrl", "train"]
     done = subprocess.run(
