@@ -2,6 +2,7 @@ import copy
 import json
 import math
 import os
+import random
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences, lora_for
 from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.train.sequences import Sequence
+from harnessrl.train.trainer import _shuffled_by_prompt
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
@@ -295,6 +298,20 @@ def test_ppo_epochs_take_several_steps_per_batch_and_the_clip_bites_after_the_fi
     assert metrics["policy/clip_frac_high"] + metrics["policy/clip_frac_low"] > 0
     one = single.rl_step(groups)  # one pass, one step: on policy throughout
     assert one["optim/steps"] == 1 and one["policy/clip_frac_high"] == one["policy/clip_frac_low"] == 0
+
+
+def test_mini_batches_are_reshuffled_but_keep_a_groups_samples_together():
+    """Three groups of four samples (a prompt each): every pass orders the groups anew, each whole."""
+    seqs = [
+        Sequence(ids=[p, p, 9, i], loss_mask=[0, 0, 1, 1], sampled_logprobs=[0.0] * 4, versions=[0] * 4)
+        for p in (3, 4, 5)
+        for i in range(4)
+    ]
+    orders = [_shuffled_by_prompt(seqs, random.Random(k)) for k in range(6)]
+    for order in orders:
+        assert sorted(map(id, order)) == sorted(map(id, seqs))
+        assert all(len({s.ids[0] for s in order[i : i + 4]}) == 1 for i in range(0, 12, 4))
+    assert len({tuple(s.ids[0] for s in order) for order in orders}) > 1
 
 
 def test_entropy_coef_below_zero_sharpens_the_policy_and_above_zero_spreads_it(fresh_policy):

@@ -162,7 +162,7 @@ def _shared_cuts(batch: list[Sequence]) -> list[int]:
     """Where each row's tail begins. Either after its whole prompt (a group's G samples share it) or
     after the prefix every row shares (a system prompt and tool schemas: SFT on distinct tasks),
     whichever saves more tokens; 0 everywhere (one plain forward) when neither saves SHARED_MIN."""
-    prompts = [_cut(s) for s in batch]
+    prompts = [prompt_length(s) for s in batch]
     by_prompt = sum(prompts) - sum(map(len, {tuple(s.ids[:cut]) for s, cut in zip(batch, prompts)}))
     common = min(prompts)
     for s in batch[1:]:
@@ -173,7 +173,7 @@ def _shared_cuts(batch: list[Sequence]) -> list[int]:
     return prompts if by_prompt >= by_common else [common] * len(batch)
 
 
-def _cut(seq: Sequence) -> int:
+def prompt_length(seq: Sequence) -> int:
     """Where the tail begins: the position whose logits score the first loss token (token 0 is never scored)."""
     first = next((i for i in range(1, len(seq)) if seq.loss_mask[i]), 1)
     return first - 1

@@ -30,7 +30,7 @@ import torch
 from harnessrl.policy import Policy
 from harnessrl.train import losses, precision
 from harnessrl.train.advantages import is_degenerate
-from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, tail_logprobs
+from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, prompt_length, tail_logprobs
 from harnessrl.train.checkpoint import load_state, save_checkpoint
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.credit import credited_sequences
@@ -164,8 +164,10 @@ class Trainer:
         rng = random.Random(f"{cfg.seed}:{self.step}")
         plan = []
         for _ in range(passes):
-            order = rng.sample(sequences, len(sequences)) if passes * parts > 1 else sequences
-            plan += [order[i::parts] for i in range(parts) if order[i::parts]]
+            order = _shuffled_by_prompt(sequences, rng) if passes * parts > 1 else sequences
+            plan += [
+                part for i in range(parts) if (part := order[len(order) * i // parts : len(order) * (i + 1) // parts])
+            ]
         # every mini-batch's proximal and reference logprobs come from the weights before this update
         prepared = [self._prepare(part, rl) for part in plan]
 
@@ -390,6 +392,16 @@ class _Stats:
             else:
                 out[key] = total / count
         return out
+
+
+def _shuffled_by_prompt(sequences: list[Sequence], rng: random.Random) -> list[Sequence]:
+    """The sequences in a random order that keeps those sharing a prompt (a group's samples) together:
+    cut into mini-batches, a group stays whole (but where a cut falls), so the forward runs its prompt
+    once and its advantages, zero-mean within the group, stay balanced within each optimizer step."""
+    bundles: dict[tuple[int, ...], list[Sequence]] = {}
+    for s in sequences:
+        bundles.setdefault(tuple(s.ids[: prompt_length(s)]), []).append(s)
+    return [s for bundle in rng.sample(list(bundles.values()), len(bundles)) for s in bundle]
 
 
 def _release_freed_memory() -> None:
