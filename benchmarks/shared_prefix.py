@@ -8,9 +8,9 @@ same batches, same model.
 Two shapes, each an agent conversation as the gateway records it (a shared system prompt with the
 tool schemas, a task-specific prompt, then completions, the loss, each followed by a tool result):
 `search`, like the search main job's demonstrations (a 230-token shared head of 260-token prompts, 3
-turns, 720 tokens, 11 % loss tokens), and `swarm`, like the swarm job's orchestrator demonstrations
-(334 of ~480 prompt tokens shared, a long assignment reply, its observation and the answer: ~1,140
-tokens, 38 % loss). `Trainer.sft_step` on the episodes, fp32, alternating the variants; medians.
+turns: 676-token sequences, 14 % loss tokens; the job's: median 798, 12 %), and `swarm`, like the swarm
+job's orchestrator demonstrations (334 of ~480 prompt tokens shared, a long assignment reply, its
+observation and the answer: 1,124 tokens, 39 % loss; the job's: median 1,039, 40 %). `Trainer.sft_step` on the episodes, fp32, alternating the variants; medians.
 The last line is one JSON object: {"sft_speedup_search": X, "sft_speedup_swarm": Y, ...}.
 """
 
@@ -35,7 +35,7 @@ from harnessrl.types import Call, Episode, Task
 
 # (shared head, distinct prompt, [(completion, observation), ...]) in tokens
 SHAPES = {
-    "search": (230, 30, [(26, 128), (26, 128), (26, 100)]),
+    "search": (230, 30, [(32, 160), (32, 160), (32, 120)]),
     "swarm": (334, 150, [(380, 200), (60, 0)]),
 }
 
