@@ -10,8 +10,8 @@ tool schemas, a task-specific prompt, then completions, the loss, each followed 
 `search`, like the search main job's demonstrations (a 230-token shared head of 260-token prompts, 3
 turns: 676-token sequences, 14 % loss tokens; the job's: median 798, 12 %), and `swarm`, like the swarm
 job's orchestrator demonstrations (334 of ~480 prompt tokens shared, a long assignment reply, its
-observation and the answer: 1,124 tokens, 39 % loss; the job's: median 1,039, 40 %). `Trainer.sft_step` on the episodes, fp32, alternating the variants; medians.
-The last line is one JSON object: {"sft_speedup_search": X, "sft_speedup_swarm": Y, ...}.
+observation and the answer: 1,124 tokens, 39 % loss; the job's: median 1,039, 40 %).
+`Trainer.sft_step` on the episodes, fp32, alternating the variants; medians. The last line is one JSON object: {"sft_speedup_search": X, "sft_speedup_swarm": Y, ...}.
 """
 
 from __future__ import annotations
