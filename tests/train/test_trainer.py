@@ -14,7 +14,7 @@ from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences,
 from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.train.sequences import Sequence
-from harnessrl.train.trainer import _shuffled_by_prompt
+from harnessrl.train.trainer import _by_prompt
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
@@ -307,7 +307,8 @@ def test_mini_batches_are_reshuffled_but_keep_a_groups_samples_together():
         for p in (3, 4, 5)
         for i in range(4)
     ]
-    orders = [_shuffled_by_prompt(seqs, random.Random(k)) for k in range(6)]
+    groups = _by_prompt(seqs)
+    orders = [[s for g in random.Random(k).sample(groups, 3) for s in g] for k in range(6)]  # as the trainer
     for order in orders:
         assert sorted(map(id, order)) == sorted(map(id, seqs))
         assert all(len({s.ids[0] for s in order[i : i + 4]}) == 1 for i in range(0, 12, 4))

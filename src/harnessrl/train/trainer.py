@@ -162,9 +162,9 @@ class Trainer:
         # mini-batches: RL makes `ppo_epochs` passes over the batch, each reshuffled and split in `mini_batches`
         passes, parts = (cfg.ppo_epochs, cfg.mini_batches) if rl else (1, 1)
         rng = random.Random(f"{cfg.seed}:{self.step}")
-        plan = []
+        plan, groups = [], _by_prompt(sequences) if passes * parts > 1 else [sequences]
         for _ in range(passes):
-            order = _shuffled_by_prompt(sequences, rng) if passes * parts > 1 else sequences
+            order = [s for group in rng.sample(groups, len(groups)) for s in group]
             plan += [
                 part for i in range(parts) if (part := order[len(order) * i // parts : len(order) * (i + 1) // parts])
             ]
@@ -394,14 +394,14 @@ class _Stats:
         return out
 
 
-def _shuffled_by_prompt(sequences: list[Sequence], rng: random.Random) -> list[Sequence]:
-    """The sequences in a random order that keeps those sharing a prompt (a group's samples) together:
-    cut into mini-batches, a group stays whole (but where a cut falls), so the forward runs its prompt
-    once and its advantages, zero-mean within the group, stay balanced within each optimizer step."""
+def _by_prompt(sequences: list[Sequence]) -> list[list[Sequence]]:
+    """The sequences bundled by prompt (a group's samples). RL's passes shuffle whole bundles, so a
+    group cut into mini-batches stays whole (but where a cut falls): the forward runs its prompt once
+    and its advantages, zero-mean within the group, stay balanced within each optimizer step."""
     bundles: dict[tuple[int, ...], list[Sequence]] = {}
     for s in sequences:
         bundles.setdefault(tuple(s.ids[: prompt_length(s)]), []).append(s)
-    return [s for bundle in rng.sample(list(bundles.values()), len(bundles)) for s in bundle]
+    return list(bundles.values())
 
 
 def _release_freed_memory() -> None:
