@@ -215,8 +215,8 @@ def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
     return pair
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)

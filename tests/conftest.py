@@ -8,9 +8,12 @@ import os
 
 import pytest
 import torch
+from click.testing import Result
+from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from harnessrl.cli import app  # noqa: E402
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app  # noqa: E402
 from harnessrl.policy import Policy  # noqa: E402
 from harnessrl.policy.tiny import build_tiny  # noqa: E402
@@ -26,6 +29,12 @@ WEATHER_TOOLS = [
         },
     }
 ]
+
+
+def cli(*args) -> Result:
+    """`harnessrl ARGS` in this process: the CLI's own code, exit code and stderr, without the ~10 s a new
+    process spends importing torch and transformers (for refusals; a job that should run runs as a process)."""
+    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def weather_dialogue(city: str = "Paris") -> list[dict]:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.conftest import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -56,10 +58,8 @@ def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_pat
     done = subprocess.run([*run, "save-model", str(tmp_path / "tiny")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "tiny").iterdir()}
-    bad = subprocess.run(
-        [*run, "serve", "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
-    )
-    assert bad.returncode == 2 and "smollm2-135m-instruct, a .gguf file or a folder with a config.json" in bad.stderr
+    bad = cli("serve", "--model", tmp_path / "missing")
+    assert bad.exit_code == 2 and "smollm2-135m-instruct, a .gguf file or a folder with a config.json" in bad.stderr
 
 
 def test_sandbox_prints_the_guard_line_last(tmp_path):
@@ -75,5 +75,5 @@ def test_sandbox_prints_the_guard_line_last(tmp_path):
     assert set(last["guards"]) >= {"network", "memory", "processes", "writes"}
     slow = run("--workspace", str(tmp_path), "--timeout", "1", "--", "sleep", "30")
     assert slow.returncode == 1 and json.loads(slow.stdout.splitlines()[-1])["timed_out"] is True
-    missing = run("--workspace", str(tmp_path / "nope"), "--", "true")
-    assert missing.returncode == 2 and "nope" in missing.stderr
+    missing = cli("sandbox", "--workspace", tmp_path / "nope", "--", "true")
+    assert missing.exit_code == 2 and "nope" in missing.stderr

@@ -16,6 +16,7 @@ from harnessrl.envs.search import taskgen
 from harnessrl.envs.search.data import Doc, SearchTask
 from harnessrl.envs.search.index import SearchIndex
 from harnessrl.gateway import BackgroundServer
+from tests.conftest import cli
 
 TOWNS = ["Arlen", "Bexby", "Corrin", "Dunmore", "Elsby", "Farrow", "Galton", "Hexham", "Ivel", "Jarrow"]
 PEOPLE = ["Mara Quell", "Tobin Vask", "Ilse Dorn", "Pell Amsey", "Rhea Sollis", "Odo Brenn", "Una Fenwick"]
@@ -38,10 +39,9 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(d.model_dump_json() + "\n" for d in _corpus()))
     out = tmp_path / "tasks.jsonl"
-    command = [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--out", str(out),
-               "--count", "12", "--hops", "1,2", "--test-share", "0.3"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    command = ["tasks", "--corpus", corpus, "--out", out, "--count", "12", "--hops", "1,2", "--test-share", "0.3"]
+    done = cli(*command)
+    assert done.exit_code == 0, done.output[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["requested"] == 12 and summary["kept"] == 12 and set(summary["hops"]) == {"1", "2"}
     tasks = [SearchTask.model_validate_json(line) for line in out.read_text().splitlines()]
@@ -53,19 +53,18 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
         if task.split == "train":  # no test document anywhere in a train task
             assert all(taskgen.doc_split(g, 0.3) == "train" for g in task.gold_doc_ids)
         assert len(task.gold_doc_ids) == task.hops
-    audit = subprocess.run(
-        [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--audit", str(out)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    audit = cli("tasks", "--corpus", corpus, "--audit", out)
+    assert audit.exit_code == 0, audit.output[-2000:]
     assert json.loads(audit.stdout.strip().splitlines()[-1])["pass_share"] == 1.0
     tampered = tasks[0].model_copy(update={"quotes": [tasks[0].quotes[0].model_copy(update={"text": "Mayor: Nobody"})]})
     assert taskgen.audit([tampered], _corpus())["failed"] == {"quote_not_in_source": 1}
-    again = subprocess.run(command, capture_output=True, text=True, check=True)  # resumed: already complete
+    again = cli(*command)  # resumed: already complete
+    assert again.exit_code == 0, again.output[-2000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["kept"] == 12
     assert len(out.read_text().splitlines()) == 12
     (tmp_path / "mine.jsonl").write_text('{"id": "hand-made"}\n')  # a user's own file is never overwritten
-    refused = subprocess.run([*command[:7], str(tmp_path / "mine.jsonl"), *command[8:]], capture_output=True, text=True)
-    assert refused.returncode == 2 and "not ours to resume" in refused.stderr
+    refused = cli(*command[:4], tmp_path / "mine.jsonl", *command[5:])
+    assert refused.exit_code == 2 and "not ours to resume" in refused.stderr
     assert (tmp_path / "mine.jsonl").read_text() == '{"id": "hand-made"}\n'
 
 

@@ -19,6 +19,7 @@ from harnessrl.eval.evaluate import (
     tool_errors,
 )
 from harnessrl.types import Call, Episode, Task
+from tests.conftest import cli
 
 DOCS = {
     "tova": "Tova Reln was a weaver born in 1802 in the town of Miralo.",
@@ -131,8 +132,8 @@ def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):
         (["--env", "search", "--checkpoint", "tiny-base", "--repeats", 0], "repeats"),
     ]
     for args, says in cases:
-        done = _harnessrl("eval", *args, timeout=300)
-        assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+        done = cli("eval", *args)
+        assert done.exit_code == 2 and says in done.stderr, (args, done.output)
 
 
 def test_checkpoint_resolution(tmp_path):

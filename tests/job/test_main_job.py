@@ -3,10 +3,12 @@
 import json
 import math
 import random
+import shutil
 import subprocess
 import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfi
 from harnessrl.job.main import validation_split
 from harnessrl.train import TrainConfig
 from harnessrl.types import Episode, Task, read_jsonl
+from tests.conftest import cli
 
 MINIMAL = """
 model: tiny
@@ -34,12 +37,19 @@ rl:
 """
 
 
-def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
-    (tmp_path / "job.yaml").write_text(MINIMAL)
-    out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--out", str(out)],
+@pytest.fixture(scope="module")
+def minimal_run(tmp_path_factory) -> Path:
+    """One `harnessrl train` of MINIMAL, as a process; tests that change the run work on a copy."""
+    root = tmp_path_factory.mktemp("minimal")
+    (root / "job.yaml").write_text(MINIMAL)
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(root / "job.yaml"), "--out", str(root / "run")],
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return root / "run"
+
+
+def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
+    out = minimal_run
     summary = json.loads((out / "summary.json").read_text())
     for key in (
         "heldout_success_before",
@@ -111,9 +121,8 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(tmp_path):
 
 def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     (tmp_path / "job.yaml").write_text("rl:\n  updatez: 3\n")
-    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 2 and "updatez" in done.stderr
+    done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
+    assert done.exit_code == 2 and "updatez" in done.stderr
 
 
 def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
@@ -170,16 +179,11 @@ def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_nam
         JobConfig.load_run(tmp_path)
 
 
-def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(tmp_path):
+def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(minimal_run, tmp_path):
     (tmp_path / "job.yaml").write_text(MINIMAL)
     out = tmp_path / "run"
+    shutil.copytree(minimal_run, out)
     train = [sys.executable, "-m", "harnessrl", "train"]
-    assert (
-        subprocess.run(
-            [*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, timeout=900
-        ).returncode
-        == 0
-    )
     demos = (out / "demos.jsonl").read_text()
     before = (out / "eval_before.json").read_text()
     # ask for one more SFT step and one more RL update, as if the run had stopped there
@@ -206,12 +210,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     validated = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
     assert [r["update"] for r in validated] == [0, 1, 2]  # nothing validated twice
     assert all(sorted(r["tasks"]) == started_with for r in validated)
-    bad = subprocess.run(
-        [*train, str(tmp_path / "job.yaml"), "--resume", str(out)], capture_output=True, text=True, timeout=120
-    )
-    assert bad.returncode == 2 and "--resume" in bad.stderr
+    bad = cli("train", tmp_path / "job.yaml", "--resume", out)
+    assert bad.exit_code == 2 and "--resume" in bad.stderr
     # a fresh run into the folder, with a config that now differs from the folder's, is refused
-    other = subprocess.run(
-        [*train, str(tmp_path / "job.yaml"), "--out", str(out)], capture_output=True, text=True, timeout=120
-    )
-    assert other.returncode == 2 and "differs in rl.updates, sft.steps" in other.stderr and "--resume" in other.stderr
+    other = cli("train", tmp_path / "job.yaml", "--out", out)
+    assert other.exit_code == 2 and "differs in rl.updates, sft.steps" in other.stderr and "--resume" in other.stderr

@@ -13,6 +13,7 @@ from harnessrl.rewards import Judge, JudgeConfig, Reward, Term, weighted
 from harnessrl.rewards.calibrate import calibrate, spearman
 from harnessrl.train import TrainConfig, Trainer
 from harnessrl.types import Episode, Outcome, Task
+from tests.conftest import cli
 from tests.rewards.judge_server import judge_app
 
 
@@ -132,6 +133,5 @@ def test_judge_calibrate_cli(judge_server, tmp_path):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["accuracy"] == 1.0 and report["judge_calls"] == 4
     config.write_text("base_url: x\nmodle: typo\n")
-    bad = subprocess.run([sys.executable, "-m", "harnessrl", "judge-calibrate", "--episodes", str(data), "--judge", str(config)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert bad.returncode == 2 and "modle" in bad.stderr
+    bad = cli("judge-calibrate", "--episodes", data, "--judge", config)
+    assert bad.exit_code == 2 and "modle" in bad.stderr

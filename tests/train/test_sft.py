@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 from harnessrl.policy.tiny import build_tokenizer
 from harnessrl.train.sft import TraceLineError, demonstration, read_episodes, run_sft
 from harnessrl.types import Task
+from tests.conftest import cli
 
 WORDS = ["apple", "river", "stone", "cloud", "lamp", "seven", "green", "table"]
 
@@ -54,9 +55,8 @@ def test_a_bad_trace_line_names_its_line_and_field(tmp_path):
     (tmp_path / "missing.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(TraceLineError, match=r"line 1: calls.0.prompt_ids: Field required"):
         read_episodes(tmp_path / "missing.jsonl")
-    done = subprocess.run([sys.executable, "-m", "harnessrl", "sft", "--data", str(tmp_path / "cut.jsonl"), "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 2 and "line 2" in done.stderr
+    done = cli("sft", "--data", tmp_path / "cut.jsonl", "--out", tmp_path / "r")
+    assert done.exit_code == 2 and "line 2" in done.stderr
 
 
 def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):
