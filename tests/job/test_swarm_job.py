@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from harnessrl.job.config import JobConfig
 from harnessrl.job.swarm import _SwarmJob, search_config
 from harnessrl.types import Call, Episode
+from tests.conftest import cli
 
 MINIMAL = """
 model: tiny
@@ -32,7 +33,7 @@ rl:
 """
 
 
-def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path):
+def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path, monkeypatch):
     (tmp_path / "swarm.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
     (tmp_path / "search.yaml").write_text(
         yaml.safe_dump({k: v for k, v in yaml.safe_load(MINIMAL).items() if k != "swarm"})
@@ -63,15 +64,14 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     assert summary["validation"] == max(r["item_f1"] for r in records)
     demos = [json.loads(x) for x in (out / "demos.jsonl").read_text().splitlines()]
     assert all({c["agent"] for c in d["calls"]} == {"main", "searcher"} for d in demos)  # the expert delegated
-    again = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
+    again = cli("train", "--resume", out)  # in this process: a finished run's resume only reads
+    assert again.exit_code == 0, again.output[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
     # the same run started afresh, the sub-agent named relative to the working directory: it goes on
     (tmp_path / "relative.yaml").write_text(MINIMAL.replace("SEARCH", "search"))
-    fresh = subprocess.run(
-        [*train, "relative.yaml", "--out", "run"], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    fresh = cli("train", "relative.yaml", "--out", "run")
+    assert fresh.exit_code == 0, fresh.output[-3000:]
     assert json.loads(fresh.stdout.strip().splitlines()[-1])["f1_swarm"] == summary["f1_swarm"]
 
 
