@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from harnessrl.gateway.serving import EXPIRED
 from harnessrl.loop.registry import Registry
 from harnessrl.loop.store import Store, calls_table
+from tests.conftest import cli
 
 ADMIN = "loop-test-admin-key"
 
@@ -118,10 +119,8 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
     try:
         with Burst(url) as burst:
             _until(lambda: len(burst.acked) >= 20, "20 answered calls")
-            done = subprocess.run(
-                [sys.executable, "-m", "harnessrl", "promote", "v2", "--registry", str(registry.root)],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
+            done = cli("promote", "v2", "--registry", registry.root)  # in this process; the server is another
+            assert done.exit_code == 0, done.output
             assert json.loads(done.stdout.splitlines()[-1]) == {"promoted": "weather@v2", "previous": "weather@v1"}
             _until(lambda: any(r["system_fingerprint"] == "policy-v2" for r in burst.acked[-6:]), "an answer from v2")
             first_v2 = min(r["acked_at"] for r in burst.acked if r["system_fingerprint"] == "policy-v2")
@@ -133,10 +132,8 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
         assert switch < 10  # a sanity bound: the < 1 s figure is benchmarks/promotion.py's (no timed asserts here)
         late = burst.acked[settled + 6 :]
         assert late and all(r["system_fingerprint"] == "policy-v2" for r in late)
-        rolled = subprocess.run(
-            [sys.executable, "-m", "harnessrl", "rollback", "--registry", str(registry.root)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
+        rolled = cli("rollback", "--registry", registry.root)
+        assert rolled.exit_code == 0, rolled.output
         assert json.loads(rolled.stdout.splitlines()[-1])["promoted"] == "weather@v1"
         deadline = time.monotonic() + 30
         while httpx.get(url + "/health").json()["policy_version"] != 1 and time.monotonic() < deadline:
