@@ -134,11 +134,8 @@ def test_demonstrations_are_filtered_by_recall_with_capped_negatives():
 def test_generated_tasks_train_the_search_job(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(d.model_dump_json() + "\n" for d in _corpus()))
-    subprocess.run(
-        [sys.executable, "-m", "harnessrl", "tasks", "--corpus", str(corpus), "--out", str(tmp_path / "tasks.jsonl"),
-         "--count", "16", "--test-share", "0.3"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    made = cli("tasks", "--corpus", corpus, "--out", tmp_path / "tasks.jsonl", "--count", "16", "--test-share", "0.3")
+    assert made.exit_code == 0, made.output[-2000:]
     (tmp_path / "job.yaml").write_text(
         "model: tiny\neval_tasks: 2\neval_repeats: 1\nagent: {max_turns: 2, max_tokens: 16}\n"
         "sft: {steps: 1, batch_episodes: 4, filter: {trajectory_recall: 0.0, output_recall: 0.0}}\n"

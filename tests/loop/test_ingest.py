@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+
+from tests.conftest import cli
 
 GOOD = {
     "messages": [
@@ -35,11 +35,8 @@ def _lines() -> list[bytes]:
 
 
 def _ingest(tmp_path, *extra: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "harnessrl", "ingest", str(tmp_path / "traces.jsonl"),
-         "--store", str(tmp_path / "t.db"), *extra],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    done = cli("ingest", tmp_path / "traces.jsonl", "--store", tmp_path / "t.db", *extra)
+    assert done.exit_code == 0, done.output
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
