@@ -22,7 +22,7 @@ PRESET = "smollm2-135m-instruct"
 @pytest.fixture(scope="module")
 def real_policy():
     policy = Policy.load(PRESET, max_batch=8)
-    teach_tool_use(policy, min_prob=0.7, max_steps=60, lr=1e-4, fresh=False)
+    teach_tool_use(policy, min_prob=0.7, max_steps=60, lr=1e-3, fresh=False, last_layers=4)
     yield policy
     policy.close()
 
