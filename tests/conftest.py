@@ -32,8 +32,9 @@ WEATHER_TOOLS = [
 
 
 def cli(*args) -> Result:
-    """`harnessrl ARGS` in this process: the CLI's own code, exit code and stderr, without the ~10 s a new
-    process spends importing torch and transformers (for refusals; a job that should run runs as a process)."""
+    """`harnessrl ARGS` in this process: the CLI's own code, exit code, stdout and stderr, without the ~10 s
+    a new Python spends importing torch and transformers. Where a process is what a test is about (a job
+    that is killed, a server), it runs as one."""
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
