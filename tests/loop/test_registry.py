@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -66,3 +69,18 @@ def test_a_registry_needs_its_file(tmp_path):
     Registry.create(tmp_path / "r", "a")
     with pytest.raises(RegistryError, match="already a registry of 'a'"):
         Registry.create(tmp_path / "r", "b")
+
+
+def test_promote_rollback_and_the_listing_never_import_torch(registry, tmp_path):
+    """An operator's rollback answers in about a second: it reads and writes the registry's files only."""
+    code = (
+        "import sys\nfrom harnessrl.cli import app\n"
+        "for args in (['registry', sys.argv[1]], ['promote', 'v2', '--registry', sys.argv[1]],"
+        " ['rollback', '--registry', sys.argv[1]]):\n"
+        "    app(args, standalone_mode=False)\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'imported'\n"
+    )
+    copy = Registry(shutil.copytree(registry.root, tmp_path / "registry"))
+    done = subprocess.run([sys.executable, "-c", code, str(copy.root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["promoted"] == copy.promoted()

@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from harnessrl.policy import Policy
 from harnessrl.types import Call, Episode
+
+if TYPE_CHECKING:
+    from harnessrl.policy import Policy
 
 EXPIRED = "expired: the session sent no finish within its TTL"  # an expired episode's failure_reason
 

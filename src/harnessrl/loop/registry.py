@@ -26,13 +26,14 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.policy import Policy
-from harnessrl.policy.model import load_model_and_tokenizer
 from harnessrl.train.checkpoint import fsync_tree, write_atomic
+
+if TYPE_CHECKING:
+    from harnessrl.policy import Policy
 
 _ID = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)@v(?P<number>[0-9]+)$")
 
@@ -123,6 +124,9 @@ class Registry:
 
     def load(self, version: str, max_batch: int = 64, tool_format: str = "auto") -> Policy:
         """A policy serving `version` under the registry's name; its calls record policy_version N."""
+        from harnessrl.policy import Policy
+        from harnessrl.policy.model import load_model_and_tokenizer
+
         info = self.info(version)
         model, tokenizer = load_model_and_tokenizer(str(self.path(info.id)))
         policy = Policy(model, tokenizer, self.name, max_batch, tool_format)
@@ -162,6 +166,8 @@ class Registry:
 
     def add_model(self, model: str, seed: int = 0) -> VersionInfo:
         """A version made from a model (`tiny-base`, a preset, a folder): the start of a registry."""
+        from harnessrl.policy.model import load_model_and_tokenizer
+
         lm, tokenizer = load_model_and_tokenizer(model, seed)
 
         def write(folder: Path) -> None:

@@ -19,13 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 STATE_FILE = "trainer_state.pt"
 
 
 def save_checkpoint(root: Path, number: int, write_model, state: dict[str, Any], keep: int = 3) -> Path:
     """`write_model(folder)` writes the Hugging Face files; `state` is pickled beside them."""
+    import torch  # here, not at the top: the registry's writers (promote, rollback) need no torch
+
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{number:06d}"
     tmp, aside = root / f".{final.name}.tmp", root / f".{final.name}.old"
@@ -60,6 +60,8 @@ def _complete(root: Path) -> list[Path]:
 
 
 def load_state(path: Path) -> dict[str, Any]:
+    import torch
+
     return torch.load(path / STATE_FILE, weights_only=False)
 
 
