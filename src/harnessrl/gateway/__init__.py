@@ -3,8 +3,9 @@
 Knows the policy and episodes; knows nothing about rewards, rollouts or training.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harnessrl._lazy import exports
 
 if TYPE_CHECKING:
     from harnessrl.gateway.app import create_app
@@ -19,9 +20,4 @@ _EXPORTS = {
 }
 __all__ = ["BackgroundServer", "GatewayClient", "GatewayError", "create_app"]
 
-
-def __getattr__(name: str):
-    """Exports load on first use (STYLE.md: heavy libraries lazily): `harnessrl rollback` never imports torch."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = exports(__name__, _EXPORTS)

@@ -3,8 +3,9 @@
 Knows token ids and text; knows nothing about HTTP, episodes or rewards.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harnessrl._lazy import exports
 
 if TYPE_CHECKING:
     from harnessrl.policy.engine import Completion, SamplingParams
@@ -18,9 +19,4 @@ _EXPORTS = {
 }
 __all__ = ["Completion", "Policy", "PolicyLoadError", "SamplingParams"]
 
-
-def __getattr__(name: str):
-    """Exports load on first use (STYLE.md: heavy libraries lazily): `harnessrl rollback` never imports torch."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = exports(__name__, _EXPORTS)

@@ -4,8 +4,9 @@ correction, SFT, and resumable Hugging Face checkpoints.
 Knows episodes and tensors; knows nothing about HTTP, harnesses or where rewards came from.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from harnessrl._lazy import exports
 
 if TYPE_CHECKING:
     from harnessrl.train.config import LoraConfig, TrainConfig, lora_for
@@ -22,9 +23,4 @@ _EXPORTS = {
 }
 __all__ = ["LoraConfig", "Sequence", "TrainConfig", "Trainer", "episode_sequences", "lora_for"]
 
-
-def __getattr__(name: str):
-    """Exports load on first use (STYLE.md: heavy libraries lazily): `harnessrl rollback` never imports torch."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = exports(__name__, _EXPORTS)
