@@ -18,7 +18,7 @@ if [ ${#debian[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
-# pip runs again only when this script or pyproject.toml changed since it last succeeded (~40 s saved a rerun)
+# pip runs again only when this script or pyproject.toml changed since it last succeeded (a warm rerun: ~20 s saved)
 stamp=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.harnessrl-setup 2>/dev/null)" != "$stamp" ]; then
     python -m pip install --quiet --disable-pip-version-check torch==2.13.0

@@ -518,6 +518,7 @@ def registry_command(
     from rich.table import Table
 
     from harnessrl.loop.registry import Registry, RegistryError
+    from harnessrl.policy import PolicyLoadError  # from policy/sources.py: no torch
 
     try:
         reg = Registry.create(folder, create) if create else Registry(folder)
@@ -527,7 +528,7 @@ def registry_command(
                 if reg.promoted() is None:
                     reg.promote(info.id, reason=f"first version, from {model}")
             console.print(f"added {info.id} from {model}")
-    except (RegistryError, ValueError, OSError) as exc:  # PolicyLoadError is a ValueError, loaded only with --model
+    except (RegistryError, PolicyLoadError, OSError) as exc:
         _fail(str(exc))
     promoted = reg.promoted()
     table = Table(title=f"registry {reg.name} ({reg.root})")

@@ -9,13 +9,14 @@ from harnessrl._lazy import exports
 
 if TYPE_CHECKING:
     from harnessrl.policy.engine import Completion, SamplingParams
-    from harnessrl.policy.model import Policy, PolicyLoadError
+    from harnessrl.policy.model import Policy
+    from harnessrl.policy.sources import PolicyLoadError
 
 _EXPORTS = {
     "Completion": "harnessrl.policy.engine",
     "SamplingParams": "harnessrl.policy.engine",
     "Policy": "harnessrl.policy.model",
-    "PolicyLoadError": "harnessrl.policy.model",
+    "PolicyLoadError": "harnessrl.policy.sources",
 }
 __all__ = ["Completion", "Policy", "PolicyLoadError", "SamplingParams"]
 

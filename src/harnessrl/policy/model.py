@@ -16,12 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from harnessrl.policy import toolformat
 from harnessrl.policy.engine import Engine
-from harnessrl.policy.sources import PRESETS, SourceError, local_folder
+from harnessrl.policy.sources import PRESETS, PolicyLoadError, SourceError, local_folder
 from harnessrl.policy.tiny import build_tiny
-
-
-class PolicyLoadError(ValueError):
-    pass
 
 
 class Policy:

