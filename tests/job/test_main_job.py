@@ -119,6 +119,23 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
     assert len(demos) >= 10 and len(validation[0]["tasks"]) == 2 and not demos & set(validation[0]["tasks"])
 
 
+def test_when_validation_keeps_the_warm_start_its_eval_stands_for_the_eval_after(tmp_path):
+    """The chosen weights are the ones eval_before measured (here: no update at all), so the held-out eval is
+    not drawn again: a second sampled draw of the same weights would report noise as RL's gain."""
+    job = yaml.safe_load(MINIMAL)
+    job["sft"]["steps"], job["rl"]["updates"] = 0, 0
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "run")
+    assert done.exit_code == 0, done.output[-3000:]
+    out = tmp_path / "run"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["chosen_update"] == 0 and summary["heldout_gain_ci"] == [0.0, 0.0]
+    assert summary["heldout_success_after"] == summary["heldout_success_before"]
+    for suffix in (".json", ".jsonl", "_greedy.jsonl"):
+        assert (out / f"eval_after{suffix}").read_bytes() == (out / f"eval_before{suffix}").read_bytes()
+    assert summary["error_classes_after"] == summary["error_classes_before"]
+
+
 def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     (tmp_path / "job.yaml").write_text("rl:\n  updatez: 3\n")
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
