@@ -156,3 +156,49 @@ async def test_long_prompts_are_prefilled_in_chunks_with_the_logprobs_of_a_whole
         assert policy.engine.active == 0
     finally:
         policy.close()
+
+
+async def test_a_next_turn_is_prefilled_from_the_kept_cache_with_the_logprobs_of_a_whole_forward():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    engine = policy.engine
+    engine.prefix_cache = 4096
+    try:
+        prompts = _prompts(policy, 4)  # left-padded rows of one batch, leaving at different steps
+        first = await asyncio.gather(
+            *(
+                engine.generate(p, SamplingParams(max_tokens=5 + 3 * i, seed=i, ignore_eos=True))
+                for i, p in enumerate(prompts)
+            )
+        )
+        tool = policy.encode(" the tool said: Halkamir, a country of the north")
+        turns = [p + c.ids + tool for p, (c,) in zip(prompts, first)]  # an agent's next turn extends the last
+        second = await asyncio.gather(*(engine.generate(t, SamplingParams(max_tokens=6, seed=9)) for t in turns))
+        assert engine.prefix_hits == 4
+        assert engine.prefix_tokens_reused == sum(len(p) + len(c.ids) - 1 for p, (c,) in zip(prompts, first))
+        for turn, (completion,) in zip(turns, second):
+            ref = _reference_logprobs(policy.model, turn, completion.ids)
+            assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
+        # a prompt sharing only its first 20 tokens with every kept entry reuses those 20
+        other = max(prompts, key=len)[:20] + policy.encode("zebra quux")
+        reused = engine.prefix_tokens_reused
+        (completion,) = await engine.generate(other, SamplingParams(max_tokens=4, seed=3))
+        assert engine.prefix_tokens_reused - reused == 20
+        assert torch.allclose(
+            torch.tensor(completion.logprobs), _reference_logprobs(policy.model, other, completion.ids), atol=1e-4
+        )
+        # new weights: the kept keys and values are the old weights', so none is used again
+        policy.update_weights(build_tiny(seed=5)[0].state_dict())
+        hits = engine.prefix_hits
+        (completion,) = await engine.generate(turns[0], SamplingParams(max_tokens=4, seed=3))
+        assert engine.prefix_hits == hits
+        assert torch.allclose(
+            torch.tensor(completion.logprobs), _reference_logprobs(policy.model, turns[0], completion.ids), atol=1e-4
+        )
+        engine.prefix_cache = 8  # a budget smaller than any row keeps nothing
+        engine._prefixes.clear()
+        await engine.generate(prompts[1], SamplingParams(max_tokens=2))
+        assert not engine._prefixes
+    finally:
+        policy.close()

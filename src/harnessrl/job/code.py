@@ -98,6 +98,7 @@ class _CodeJob(main._Job):
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
         self.policy.engine.prefill_share = None
+        self.policy.engine.prefix_cache = config.prefix_cache
         self.gateway = GatewayClient(main.ADMIN, app=create_app(self.policy, main.ADMIN))
         self.reward = code_reward()
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started

@@ -188,6 +188,12 @@ class JobConfig(_Strict):
         default_factory=SearchReward,
         description="the search job's reward weights (Context-1's terms; the outcome's by default)",
     )
+    prefix_cache: int = Field(
+        default=32768,
+        ge=0,
+        description="tokens of finished replies' KV cache the embedded engine keeps, so an agent's next turn is "
+        "prefilled from where its last one ended (0 = off; engine.py)",
+    )
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"

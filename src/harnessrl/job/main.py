@@ -123,6 +123,7 @@ class _Job:
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)  # for SFT and RL
         self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)
+        self.policy.engine.prefix_cache = config.prefix_cache
         self.gateway = GatewayClient(ADMIN, app=create_app(self.policy, ADMIN))
         a = config.agent
         agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)

@@ -133,6 +133,8 @@ class _SwarmJob(main._Job):
                                temperature=swarm.subagent_temperature)  # fmt: skip
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         frozen = Policy.load(self.subagent, tool_format=config.tool_format)
+        for policy in (self.policy, frozen):  # both answer multi-turn conversations
+            policy.engine.prefix_cache = config.prefix_cache
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
         pinned = Pinned(frozen, cache=swarm.subagent_cache)
         self.gateway = GatewayClient(main.ADMIN, app=create_app(self.policy, main.ADMIN, frozen={FROZEN: pinned}))

@@ -15,7 +15,14 @@ loop does a bounded amount of prefill, then one decode forward for all running r
   they are bounded by `prefill_chunk` already, and holding them would cost throughput whenever
   requests arrive one by one (as over HTTP).
 A prompt whose KV cache is complete samples its first token and its KV rows are left-padded into the
-running batch. Rows are left-aligned with padding: each row keeps its own position ids and the
+running batch.
+
+With `prefix_cache` > 0 (tokens; off by default), the KV cache of each finished row is kept, least
+recently used first out, and a new prompt that begins with tokens one of them holds (an agent's next
+turn: the earlier prompt, the reply, then the tool's result) is prefilled from there as a chunked
+prompt is: an episode's turn n no longer prefills turns 1..n-1 again (vLLM's automatic prefix caching,
+at token rather than block granularity). A kept entry serves any prompt sharing its first tokens
+(keys depend only on the tokens before them). Weight updates clear it. Rows are left-aligned with padding: each row keeps its own position ids and the
 attention mask hides the padding.
 
 Weights can be replaced between two decode steps (`update_weights`): the version goes up by one
@@ -32,7 +39,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
@@ -92,6 +99,7 @@ class Engine:
         prefill_chunk: int = 512,
         prefill_budget: int = 16384,
         prefill_share: float | None = 0.5,
+        prefix_cache: int = 0,
     ):
         self.model = model
         self.eos_ids = eos_ids
@@ -102,6 +110,9 @@ class Engine:
         self.prefill_share = prefill_share  # prefill time per step / decode time per step, while rows decode
         self._decode_seconds = self._token_seconds = 0.0  # moving averages: a decode step, a prefill token
         self._prefilling: list[_Row] = []  # admitted, prompt not yet in the batch's cache
+        self.prefix_cache = prefix_cache  # tokens of finished rows' KV kept to prefill later prompts from
+        self._prefixes: OrderedDict[int, tuple[torch.Tensor, list]] = OrderedDict()  # LRU: token ids, per-layer KV
+        self.prefix_hits = self.prefix_tokens_reused = 0
         self.context = model.config.max_position_embeddings
         self.version = 0
         self._pending: deque[_Row] = deque()
@@ -153,6 +164,7 @@ class Engine:
         """Replace the weights between two decode steps; returns the new version."""
         with self._step_lock, torch.no_grad():
             self.model.load_state_dict(state_dict)
+            self._prefixes.clear()  # keys and values of the old weights
             self.version += 1
             return self.version
 
@@ -212,10 +224,18 @@ class Engine:
         if self._rows and self.prefill_share is not None and self._token_seconds > 0:
             # running rows wait for this step: a long prompt's chunk is held to a share of a decode step's time
             chunk = min(chunk, max(16, int(self.prefill_share * self._decode_seconds / self._token_seconds)))
-        short = sorted((r for r in waiting if len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt))
+        for r in waiting:
+            if r.cache is None and self._prefixes:
+                self._reuse_prefix(r)
+        resumed = [r for r in waiting if r.cache is not None and len(r.prompt) - r.prefilled <= self.prefill_chunk]
+        fresh = [r for r in waiting if r.cache is None]
+        short = sorted((r for r in fresh if len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt))
         batch = [r for i, r in enumerate(short) if (i + 1) * len(r.prompt) <= self.prefill_budget] or short[:1]
-        long = next((r for r in waiting if len(r.prompt) > self.prefill_chunk), None)
-        self._prefilling = [r for r in waiting if r not in batch]
+        long = next((r for r in waiting if r not in resumed and len(r.prompt) - r.prefilled > self.prefill_chunk), None)
+        self._prefilling = [r for r in waiting if r not in batch and r not in resumed]
+        for r in resumed:  # the rest of a prompt whose start was cached: like a short prompt, never held back
+            size = len(r.prompt) - r.prefilled
+            self._timed(lambda r=r, size=size: self._prefill_chunk(r, size), size)
         if batch:
             self._timed(lambda: self._prefill_whole(batch), len(batch) * max(len(r.prompt) for r in batch))
         if long is not None:
@@ -229,6 +249,37 @@ class Engine:
         result = prefill()
         self._token_seconds = _average(self._token_seconds, (time.perf_counter() - started) / tokens)
         return result
+
+    def _reuse_prefix(self, r: _Row) -> None:
+        """Start `r`'s cache from the kept entry sharing the most first tokens with its prompt (at least one
+        prompt token is left to prefill: its logits sample the first token)."""
+        prompt = torch.tensor(r.prompt)
+        best, length = None, 0
+        for key, (ids, _) in self._prefixes.items():
+            n = min(len(ids), len(prompt) - 1)
+            same = ids[:n] == prompt[:n]
+            shared = n if bool(same.all()) else int((~same).nonzero()[0])
+            if shared > length:
+                best, length = key, shared
+        if best is None:
+            return
+        self._prefixes.move_to_end(best)
+        cache = DynamicCache()
+        for layer, (k, v) in enumerate(self._prefixes[best][1]):
+            cache.update(k[:, :, :length], v[:, :, :length], layer)
+        r.cache, r.prefilled = cache, length
+        self.prefix_hits += 1
+        self.prefix_tokens_reused += length
+
+    def _keep_prefix(self, i: int, r: _Row) -> None:
+        """Keep finished row i's KV (its prompt and every sampled token but the last, which was never fed)."""
+        n = len(r.prompt) + len(r.ids) - 1
+        if r.version != self.version or n > self.prefix_cache:  # drawn across a weight update, or too long
+            return
+        kv = [(k[i : i + 1, :, -n:].clone(), v[i : i + 1, :, -n:].clone()) for k, v in _kv(self._cache)]
+        self._prefixes[id(r)] = (torch.tensor(r.prompt + r.ids[:-1]), kv)
+        while sum(len(ids) for ids, _ in self._prefixes.values()) > self.prefix_cache:
+            self._prefixes.popitem(last=False)
 
     def _prefill_whole(self, new: list[_Row]) -> None:
         """Prefill whole prompts together (left-padded), sample their first tokens, merge them into the batch."""
@@ -318,7 +369,9 @@ class Engine:
     def _evict_finished(self) -> None:
         """Resolve finished rows and drop them, and rows whose caller cancelled, from the batch."""
         keep = [i for i, r in enumerate(self._rows) if r.done is None and not r.future.abandoned]
-        for r in self._rows:
+        for i, r in enumerate(self._rows):
+            if r.done is not None and self.prefix_cache:
+                self._keep_prefix(i, r)
             if r.done is not None:
                 r.future.set_result(r.done)
             elif r.future.abandoned:
