@@ -168,7 +168,7 @@ async def test_a_next_turn_is_prefilled_from_the_kept_cache_with_the_logprobs_of
         prompts = _prompts(policy, 4)  # left-padded rows of one batch, leaving at different steps
         first = await asyncio.gather(
             *(
-                engine.generate(p, SamplingParams(max_tokens=5 + 3 * i, seed=i, ignore_eos=True))
+                engine.generate(p, SamplingParams(max_tokens=30 + 3 * i, seed=i, ignore_eos=True))
                 for i, p in enumerate(prompts)
             )
         )
@@ -180,11 +180,11 @@ async def test_a_next_turn_is_prefilled_from_the_kept_cache_with_the_logprobs_of
         for turn, (completion,) in zip(turns, second):
             ref = _reference_logprobs(policy.model, turn, completion.ids)
             assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
-        # a prompt sharing only its first 20 tokens with every kept entry reuses those 20
-        other = max(prompts, key=len)[:20] + policy.encode("zebra quux")
+        # a prompt sharing only its first 40 tokens with every kept entry reuses those 40
+        other = max(prompts, key=len)[:40] + policy.encode("zebra quux")
         reused = engine.prefix_tokens_reused
         (completion,) = await engine.generate(other, SamplingParams(max_tokens=4, seed=3))
-        assert engine.prefix_tokens_reused - reused == 20
+        assert engine.prefix_tokens_reused - reused == 40
         assert torch.allclose(
             torch.tensor(completion.logprobs), _reference_logprobs(policy.model, other, completion.ids), atol=1e-4
         )

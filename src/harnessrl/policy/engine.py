@@ -15,15 +15,15 @@ loop does a bounded amount of prefill, then one decode forward for all running r
   they are bounded by `prefill_chunk` already, and holding them would cost throughput whenever
   requests arrive one by one (as over HTTP).
 A prompt whose KV cache is complete samples its first token and its KV rows are left-padded into the
-running batch.
+running batch. Rows are left-aligned with padding: each row keeps its own position ids and the
+attention mask hides the padding.
 
 With `prefix_cache` > 0 (tokens; off by default), the KV cache of each finished row is kept, least
 recently used first out, and a new prompt that begins with tokens one of them holds (an agent's next
 turn: the earlier prompt, the reply, then the tool's result) is prefilled from there as a chunked
 prompt is: an episode's turn n no longer prefills turns 1..n-1 again (vLLM's automatic prefix caching,
 at token rather than block granularity). A kept entry serves any prompt sharing its first tokens
-(keys depend only on the tokens before them). Weight updates clear it. Rows are left-aligned with padding: each row keeps its own position ids and the
-attention mask hides the padding.
+(keys depend only on the tokens before them), from `MIN_REUSE` tokens on. Weight updates clear it.
 
 Weights can be replaced between two decode steps (`update_weights`): the version goes up by one
 and rows still generating continue from their cache (in-flight update, as PipelineRL does). A
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import threading
 import time
 from collections import OrderedDict, deque
@@ -50,6 +51,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from harnessrl.policy.sampling import sample_next
+
+MIN_REUSE = 32  # fewer shared tokens than this: the prompt is prefilled whole, batched with the other short ones
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Engine:
         self._prefilling: list[_Row] = []  # admitted, prompt not yet in the batch's cache
         self.prefix_cache = prefix_cache  # tokens of finished rows' KV kept to prefill later prompts from
         self._prefixes: OrderedDict[int, tuple[torch.Tensor, list]] = OrderedDict()  # LRU: token ids, per-layer KV
+        self._kept = itertools.count()  # the entries' keys
         self.prefix_hits = self.prefix_tokens_reused = 0
         self.context = model.config.max_position_embeddings
         self.version = 0
@@ -254,7 +258,7 @@ class Engine:
         """Start `r`'s cache from the kept entry sharing the most first tokens with its prompt (at least one
         prompt token is left to prefill: its logits sample the first token)."""
         prompt = torch.tensor(r.prompt)
-        best, length = None, 0
+        best, length = None, MIN_REUSE - 1
         for key, (ids, _) in self._prefixes.items():
             n = min(len(ids), len(prompt) - 1)
             same = ids[:n] == prompt[:n]
@@ -277,7 +281,7 @@ class Engine:
         if r.version != self.version or n > self.prefix_cache:  # drawn across a weight update, or too long
             return
         kv = [(k[i : i + 1, :, -n:].clone(), v[i : i + 1, :, -n:].clone()) for k, v in _kv(self._cache)]
-        self._prefixes[id(r)] = (torch.tensor(r.prompt + r.ids[:-1]), kv)
+        self._prefixes[next(self._kept)] = (torch.tensor(r.prompt + r.ids[:-1]), kv)
         while sum(len(ids) for ids, _ in self._prefixes.values()) > self.prefix_cache:
             self._prefixes.popitem(last=False)
 
