@@ -90,6 +90,7 @@ class _Row:
     done: Completion | None = None
     cache: DynamicCache | None = None  # a long prompt's KV cache while it is prefilled chunk by chunk
     prefilled: int = 0  # prompt tokens already in `cache`
+    reused: int = 0  # of which taken from the prefix cache
 
 
 class Engine:
@@ -231,13 +232,23 @@ class Engine:
         for r in waiting:
             if r.cache is None and self._prefixes:
                 self._reuse_prefix(r)
-        resumed = [r for r in waiting if r.cache is not None and len(r.prompt) - r.prefilled <= self.prefill_chunk]
-        fresh = [r for r in waiting if r.cache is None]
-        short = sorted((r for r in fresh if len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt))
+        # a prompt whose start came from the prefix cache and whose rest is short: like a short prompt, never held back
+        resumed = [
+            r
+            for r in waiting
+            if r.reused and r.prefilled == r.reused and len(r.prompt) - r.reused <= self.prefill_chunk
+        ]
+        short = sorted(
+            (r for r in waiting if r.cache is None and len(r.prompt) <= self.prefill_chunk), key=lambda r: len(r.prompt)
+        )
         batch = [r for i, r in enumerate(short) if (i + 1) * len(r.prompt) <= self.prefill_budget] or short[:1]
-        long = next((r for r in waiting if r not in resumed and len(r.prompt) - r.prefilled > self.prefill_chunk), None)
+        # chunked: a long prompt, or one whose cached start leaves a long rest (from where it is)
+        long = next(
+            (r for r in waiting if r not in resumed and (r.cache is not None or len(r.prompt) > self.prefill_chunk)),
+            None,
+        )
         self._prefilling = [r for r in waiting if r not in batch and r not in resumed]
-        for r in resumed:  # the rest of a prompt whose start was cached: like a short prompt, never held back
+        for r in resumed:
             size = len(r.prompt) - r.prefilled
             self._timed(lambda r=r, size=size: self._prefill_chunk(r, size), size)
         if batch:
@@ -271,7 +282,7 @@ class Engine:
         cache = DynamicCache()
         for layer, (k, v) in enumerate(self._prefixes[best][1]):
             cache.update(k[:, :, :length], v[:, :, :length], layer)
-        r.cache, r.prefilled = cache, length
+        r.cache, r.prefilled, r.reused = cache, length, length
         self.prefix_hits += 1
         self.prefix_tokens_reused += length
 
