@@ -25,7 +25,7 @@ def test_serve_and_an_example_agent_over_http(tmp_path):
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", str(port), "--admin-key", "cli-admin-key",
-         "--frozen", "scout=tiny-base", "--frozen-cache", "64"],
+         "--frozen", "scout=tiny-base", "--frozen-cache", "64", "--prefix-cache", "4096"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -48,6 +48,18 @@ def test_serve_and_an_example_agent_over_http(tmp_path):
         assert summary["prompt_tokens"] == sorted(summary["prompt_tokens"])
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer cli-admin-key"})
         assert [m["id"] for m in models.json()["data"]] == ["tiny", "scout"]
+        # --prefix-cache: a next turn prefills from the KV its previous turn left, and says how much it reused
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", timeout=60)
+        key = api.post("/episodes", headers=models.request.headers, json={}).json()["api_key"]
+        system = "You answer weather questions for travellers: the city, the sky, the temperature, an umbrella or not."
+        messages, usage = [{"role": "system", "content": system}, {"role": "user", "content": "Weather in Paris?"}], []
+        for _ in range(2):
+            body = {"model": "tiny", "messages": messages, "max_tokens": 8}
+            reply = api.post("/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}).json()
+            messages += [reply["choices"][0]["message"], {"role": "user", "content": "And tomorrow?"}]
+            usage.append(reply["usage"])
+        first, second = usage
+        assert first["prompt_tokens"] <= second["prompt_tokens_details"]["cached_tokens"] < second["prompt_tokens"]
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -60,6 +72,8 @@ def test_save_model_writes_a_loadable_folder_and_bad_models_fail_clearly(tmp_pat
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "tiny").iterdir()}
     bad = cli("serve", "--model", tmp_path / "missing")
     assert bad.exit_code == 2 and "smollm2-135m-instruct, a .gguf file or a folder with a config.json" in bad.stderr
+    both = cli("serve", "--vllm-url", "http://127.0.0.1:9/v1", "--prefix-cache", "4096")
+    assert both.exit_code == 2 and "--prefix-cache" in both.stderr and "enable-prefix-caching" in both.stderr
 
 
 def test_sandbox_prints_the_guard_line_last(tmp_path):

@@ -63,17 +63,27 @@ def serve(
         None,
         help="generate on this vLLM server (started on the same weights, docs/distributed.md) instead of in process",
     ),
+    prefix_cache: int = typer.Option(
+        0,
+        min=0,
+        help="tokens of finished requests' KV kept to prefill a later prompt that starts the same (an agent's next "
+        "turn), per in-process model; 0 = off; reported as usage.prompt_tokens_details.cached_tokens",
+    ),
 ) -> None:
     """Serve the policy behind the OpenAI-compatible gateway and record episodes."""
     import uvicorn
 
     from harnessrl.gateway import create_app
-    from harnessrl.gateway.models import parse_frozen
+    from harnessrl.gateway.models import Pinned, parse_frozen
 
     try:
         frozen_models = dict(parse_frozen(spec, tool_format, frozen_cache) for spec in frozen)
     except ValueError as exc:  # FrozenSpecError, PolicyLoadError
         raise typer.BadParameter(str(exc), param_hint="--frozen") from None
+    if prefix_cache and vllm_url:
+        raise typer.BadParameter(
+            "vLLM caches prefixes itself (its --enable-prefix-caching)", param_hint="--prefix-cache"
+        )
     background, recorder = [], None
     if registry is not None:
         from harnessrl.loop.serve import follow
@@ -81,12 +91,15 @@ def serve(
         reg = _registry(registry)
         if reg.promoted() is None:
             _fail(f"{registry}: nothing promoted yet (harnessrl promote VERSION --registry {registry})")
-        policy = reg.load(reg.promoted(), max_batch, tool_format)
-        background.append(follow(reg, max_batch, tool_format))
+        policy = reg.load(reg.promoted(), max_batch, tool_format, prefix_cache)
+        background.append(follow(reg, max_batch, tool_format, prefix_cache))
         store = store or str(registry / "traces.db")
         session_ttl = session_ttl or 3600.0
     else:
         policy = _load_policy(model, seed, max_batch, tool_format, vllm_url)
+        policy.engine.prefix_cache = prefix_cache
+    for pinned in (m for m in frozen_models.values() if isinstance(m, Pinned)):
+        pinned.policy.engine.prefix_cache = prefix_cache
     if store is not None:
         from harnessrl.loop import Store
 

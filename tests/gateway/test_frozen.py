@@ -126,6 +126,9 @@ async def test_a_pinned_models_greedy_repeats_share_one_generation(swarm_models)
 
     replies = await asyncio.gather(*(ask(key, "same question") for _, key in keys))  # in flight together
     assert frozen.hits == 2 and len({r.choices[0].message.content for r in replies}) == 1
+    # the two repeats computed nothing of their prompt; the one generation prefilled it all (no prefix cache)
+    cached = sorted(r.usage.prompt_tokens_details.cached_tokens for r in replies)
+    assert cached == [0, replies[0].usage.prompt_tokens, replies[0].usage.prompt_tokens]
     episodes = [await client.episode(episode_id) for episode_id, _ in keys]
     calls = [e.calls[0] for e in episodes]  # each episode records its own call, not a shared list
     assert calls[0].completion_ids == calls[1].completion_ids and calls[0].completion_ids is not calls[1].completion_ids

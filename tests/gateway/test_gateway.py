@@ -266,3 +266,25 @@ async def test_tool_choice_forces_a_call_and_the_next_turn_still_extends_it(gate
     marker = tool_policy.encode("<tool_call>")
     assert second.prompt_ids[-len(marker) :] == marker and second.extends_call == 0 and _extends(second, first)
     assert r2.choices[0].message.tool_calls or second.tool_call_error
+
+
+async def test_a_next_turn_reports_the_prompt_tokens_its_prefix_cache_reused(tool_policy):
+    """usage.prompt_tokens_details.cached_tokens (OpenAI's field): an agent's turn n reuses the KV of turn
+    n - 1's prompt and reply (all but the reply's last token, which was never fed); off, nothing is reused."""
+    for prefix_cache in (4096, 0):
+        tool_policy.engine.prefix_cache = prefix_cache
+        client = GatewayClient(ADMIN_KEY, app=create_app(tool_policy, ADMIN_KEY))
+        try:
+            episode_id, key = await client.create_episode()
+            responses = await _five_turns(client.openai(key))
+            calls = (await client.episode(episode_id)).calls
+        finally:
+            tool_policy.engine.prefix_cache = 0
+            tool_policy.engine._prefixes.clear()
+            await client.aclose()
+        cached = [r.usage.prompt_tokens_details.cached_tokens for r in responses]
+        if prefix_cache:
+            assert [c.extends_call for c in calls[1:]] == [0, 1, 2, 3]
+            assert cached == [0] + [len(c.prompt_ids) + len(c.completion_ids) - 1 for c in calls[:-1]]
+        else:
+            assert cached == [0] * 5

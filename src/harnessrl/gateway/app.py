@@ -357,6 +357,14 @@ def create_app(
             choices.append(_choice(model, index, message, finish, completion if body.logprobs else None))
         await persist(record, first, response_id, reflagged)
         completion_tokens = sum(len(c.ids) for c in completions)
+        usage = {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(prompt_ids) + completion_tokens,
+        }
+        cached = [c.cached_tokens for c in completions if c.cached_tokens is not None]
+        if cached:  # OpenAI's field: the prompt tokens whose KV was reused (the engine's prefix cache)
+            usage["prompt_tokens_details"] = {"cached_tokens": max(cached)}
         return JSONResponse({
             "id": response_id,
             "object": "chat.completion",
@@ -364,11 +372,7 @@ def create_app(
             "model": place.model or policy.name,
             "system_fingerprint": f"policy-v{completions[0].policy_version}",
             "choices": choices,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt_ids) + completion_tokens,
-            },
+            "usage": usage,
         })  # fmt: skip
 
     return app

@@ -41,7 +41,7 @@ class Pinned:
             return await self.policy.engine.generate(prompt_ids, params, n)
         key = (tuple(prompt_ids), params.max_tokens, tuple(params.stop), params.ignore_eos, n)
         shared = self._kept.get(key)
-        if shared is not None and shared.usable():
+        if hit := shared is not None and shared.usable():
             self._kept.move_to_end(key)
             self.hits += 1
         else:
@@ -52,7 +52,8 @@ class Pinned:
             while len(self._kept) > self.cache:
                 self._kept.popitem(last=False)
         done = await shared.wait()
-        return [dataclasses.replace(c, ids=list(c.ids), logprobs=list(c.logprobs)) for c in done]
+        cached = {"cached_tokens": len(prompt_ids)} if hit else {}  # a repeat: nothing of its prompt was computed
+        return [dataclasses.replace(c, ids=list(c.ids), logprobs=list(c.logprobs), **cached) for c in done]
 
     def _forget_failed(self, key: tuple, task: asyncio.Task) -> None:
         """A generation that failed or was given up is not kept: the next request generates again."""

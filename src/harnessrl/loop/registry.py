@@ -122,8 +122,9 @@ class Registry:
                 continue
         return events
 
-    def load(self, version: str, max_batch: int = 64, tool_format: str = "auto") -> Policy:
-        """A policy serving `version` under the registry's name; its calls record policy_version N."""
+    def load(self, version: str, max_batch: int = 64, tool_format: str = "auto", prefix_cache: int = 0) -> Policy:
+        """A policy serving `version` under the registry's name; its calls record policy_version N
+        (`prefix_cache`: the engine's, in tokens)."""
         from harnessrl.policy import Policy
         from harnessrl.policy.model import load_model_and_tokenizer
 
@@ -131,6 +132,7 @@ class Registry:
         model, tokenizer = load_model_and_tokenizer(str(self.path(info.id)))
         policy = Policy(model, tokenizer, self.name, max_batch, tool_format)
         policy.engine.version = info.number
+        policy.engine.prefix_cache = prefix_cache
         return policy
 
     # ---- writing (hold the lock) ----

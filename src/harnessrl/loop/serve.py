@@ -18,7 +18,9 @@ from harnessrl.loop.registry import Registry
 log = logging.getLogger("harnessrl.loop")
 
 
-def follow(registry: Registry, max_batch: int = 64, tool_format: str = "auto", poll: float = 0.1):
+def follow(
+    registry: Registry, max_batch: int = 64, tool_format: str = "auto", prefix_cache: int = 0, poll: float = 0.1
+):
     """A gateway background task: swap in whatever version PROMOTED names."""
 
     async def run(app: FastAPI) -> None:
@@ -30,7 +32,7 @@ def follow(registry: Registry, max_batch: int = 64, tool_format: str = "auto", p
             if not target or target == current:
                 continue
             try:
-                policy = await asyncio.to_thread(registry.load, target, max_batch, tool_format)
+                policy = await asyncio.to_thread(registry.load, target, max_batch, tool_format, prefix_cache)
             except Exception as exc:  # a bad version keeps the current one serving; logged, not retried
                 log.error("PROMOTED names %s, which does not load (%s: %s); still serving %s", target,
                           type(exc).__name__, exc, current)  # fmt: skip

@@ -72,6 +72,7 @@ class Completion:
     finish_reason: Literal["stop", "length"]
     policy_version: int
     stop_text: str | None = None  # the stop string that ended it, if one did
+    cached_tokens: int | None = None  # prompt tokens prefilled from the prefix cache; None: the backend does not say
 
 
 class _RowFuture(Future):
@@ -374,7 +375,7 @@ class Engine:
             reason = "length"
         if reason is None:
             return None
-        return Completion(r.ids, r.logprobs, reason, r.version, stop_text)
+        return Completion(r.ids, r.logprobs, reason, r.version, stop_text, r.reused)
 
     def _stop_hit(self, r: _Row) -> str | None:
         # a stop string completed by the newest token lies within the last few tokens' text
