@@ -133,6 +133,11 @@ class SwarmJobConfig(_Strict):
     orchestrator_max_tokens: int = Field(
         default=1024, ge=16, description="per orchestrator reply; at least the scripted orchestrator's longest"
     )
+    orchestrator_temperature: float = Field(
+        default=1.0,
+        gt=0,
+        description="the orchestrator's sampling in RL, validation and the sampled held-out evals (the greedy ones: 0)",
+    )
 
     @model_validator(mode="after")
     def _width_fits(self) -> SwarmJobConfig:

@@ -141,7 +141,7 @@ class _SwarmJob(main._Job):
         wide = functools.partial(
             WideOrchestrator, FROZEN, searcher, swarm.limits, swarm.orchestrator_max_tokens, assign=swarm.assign
         )
-        orchestrator, greedy = wide(), wide(temperature=0.0)
+        orchestrator, greedy = wide(temperature=swarm.orchestrator_temperature), wide(temperature=0.0)
         self.reward = wide_reward(swarm.lambda_parallel, swarm.lambda_finish)
         self.seconds["setup"] = self.seconds.get("setup", 0.0) + time.perf_counter() - started
         try:
