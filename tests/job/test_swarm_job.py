@@ -105,6 +105,23 @@ def test_demonstrations_longer_than_the_orchestrator_may_write_are_refused(tmp_p
         job._fits([demo(20), demo(101)])
 
 
+def test_when_validation_keeps_the_sft_weights_the_evals_before_rl_stand_for_the_evals_after(tmp_path):
+    """Both of them (sampled and greedy, each a .json and a .jsonl): a second sampled draw of the same weights
+    would report noise as RL's effect (2026-12-04: 0.335 then 0.272 item-F1 on the SFT weights)."""
+    job = _SwarmJob(JobConfig.model_validate({"swarm": {}}), tmp_path, False, "sub")
+    for name in ("eval_before", "eval_before_greedy"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"f1": len(name)}))
+        (tmp_path / f"{name}.jsonl").write_text(f"{name} episodes\n")
+    job._reuse_eval_before()
+    for name in ("eval_after", "eval_after_greedy"):
+        for suffix in (".json", ".jsonl"):
+            before = tmp_path / (name.replace("after", "before") + suffix)
+            assert (tmp_path / f"{name}{suffix}").read_bytes() == before.read_bytes()
+    (tmp_path / "eval_before.json").write_text("{}")
+    job._reuse_eval_before()  # eval_after is done: never overwritten
+    assert json.loads((tmp_path / "eval_after.json").read_text()) == {"f1": len("eval_before")}
+
+
 def test_rl_questions_are_never_demonstrated_validated_or_tested():
     from harnessrl.envs.search import synthetic
     from harnessrl.job.swarm import wide_splits

@@ -262,8 +262,9 @@ class _Job:
         same 88 episodes' tasks, greedy identical), which the summary would report as RL's gain."""
         if (self.out / "eval_after.json").is_file() or not (self.out / "eval_before.json").is_file():
             return
-        for suffix in (".jsonl", "_greedy.jsonl", ".json"):  # .json last: it marks the phase done
-            shutil.copyfile(self.out / f"eval_before{suffix}", self.out / f"eval_after{suffix}")
+        files = [p for p in self.out.glob("eval_before*") if p.suffix in (".json", ".jsonl")]
+        for path in sorted(files, key=lambda p: p.suffix == ".json"):  # each .json last: it marks its phase done
+            shutil.copyfile(path, self.out / path.name.replace("eval_before", "eval_after", 1))
 
     async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None):
         """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the

@@ -161,6 +161,8 @@ class _SwarmJob(main._Job):
             )
             await self._phase("rl", lambda: self._rl(orchestrator, rl_train))
             chosen = self._load_best()
+            if chosen["update"] == 0:  # validation kept the SFT weights: eval_before measured them (main.py)
+                self._reuse_eval_before()
             after = await self._phase("eval_after", lambda: self._eval("eval_after", orchestrator, test))
             greedy_after = await self._phase(
                 "eval_after_greedy", lambda: self._eval("eval_after_greedy", greedy, test, repeats=1)
