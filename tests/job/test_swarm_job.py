@@ -87,6 +87,8 @@ def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(
         search_config(config)
     with pytest.raises(ValidationError, match="width 20: over limits.max_parallel"):
         JobConfig.model_validate({"swarm": {"width": 20}})
+    with pytest.raises(ValidationError, match="orchestrator_temperature"):  # greedy is the greedy evals' business
+        JobConfig.model_validate({"swarm": {"orchestrator_temperature": 0}})
     with pytest.raises(ValidationError, match="max_critical_steps: 7 leaves no room .* = 8"):
         JobConfig.model_validate({"swarm": {"limits": {"max_critical_steps": 7}}})  # agent.max_turns 6
 
