@@ -115,7 +115,7 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
     for seed in (0, 1):
         registry.add_model("tiny", seed)
     registry.promote("v1", reason="start")
-    server, url = _serve("--registry", str(registry.root))
+    server, url = _serve("--registry", str(registry.root), "--prefix-cache", "4096")
     try:
         with Burst(url) as burst:
             _until(lambda: len(burst.acked) >= 20, "20 answered calls")
@@ -132,6 +132,12 @@ def test_promotion_and_rollback_under_load_fail_no_request(tmp_path):
         assert switch < 10  # a sanity bound: the < 1 s figure is benchmarks/promotion.py's (no timed asserts here)
         late = burst.acked[settled + 6 :]
         assert late and all(r["system_fingerprint"] == "policy-v2" for r in late)
+        # the version swapped in keeps --prefix-cache: a repeated long prompt is prefilled from the first's KV
+        system = {"role": "system", "content": "You answer weather questions in one short line, naming the city. " * 2}
+        body = {"model": "m", "messages": [system, {"role": "user", "content": "Rome?"}], "max_tokens": 4}
+        usage = [httpx.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {ADMIN}"},
+                            timeout=60).json()["usage"] for _ in range(2)]  # fmt: skip
+        assert usage[1]["prompt_tokens_details"]["cached_tokens"] == usage[1]["prompt_tokens"] - 1 >= 32
         rolled = cli("rollback", "--registry", registry.root)
         assert rolled.exit_code == 0, rolled.output
         assert json.loads(rolled.stdout.splitlines()[-1])["promoted"] == "weather@v1"
