@@ -97,9 +97,8 @@ def serve(
         session_ttl = session_ttl or 3600.0
     else:
         policy = _load_policy(model, seed, max_batch, tool_format, vllm_url)
-        policy.engine.prefix_cache = prefix_cache
-    for pinned in (m for m in frozen_models.values() if isinstance(m, Pinned)):
-        pinned.policy.engine.prefix_cache = prefix_cache
+    for served in (policy, *(m.policy for m in frozen_models.values() if isinstance(m, Pinned))):
+        served.engine.prefix_cache = prefix_cache  # (a version the registry swaps in gets it from follow())
     if store is not None:
         from harnessrl.loop import Store
 
