@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -60,7 +62,16 @@ _SAME_RUN = (
     "fields",
     "history",
 )
-_BOOKKEEPING = ("resume", "export_only", "export_dir", "minutes", "save_minutes", "probe_minutes", "probe_items")
+_BOOKKEEPING = (
+    "resume",
+    "export_only",
+    "export_dir",
+    "minutes",
+    "save_minutes",
+    "probe_minutes",
+    "probe_items",
+    "device",
+)
 EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / "tiny_base"
 
 
@@ -120,6 +131,33 @@ class Packer:
         self.mixture.rng.setstate(state["rng"])
         self.buffer, self.labels = state["buffer"], state["labels"]
         self.counts = {k: 0 for k in self.weights} | state["counts"]  # a run from before a skill was added
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """The batches of `--workers` processes (a DataLoader takes them in turn, so batch k comes from worker
+    k mod W and its records ramp matches the step): each worker packs from its own Mixture, seeded by
+    the run's seed, the step it starts at and its number, and sends the items it drew with each batch."""
+
+    def __init__(self, tokenizer, args, weights: dict[str, float], start: int):
+        self.tokenizer, self.args, self.weights, self.start = tokenizer, args, weights, start
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        args, seed = self.args, hash((self.args.seed, self.start, worker.id)) % 2**32
+        packer = configured(Packer(self.tokenizer, seed, args.width, self.weights), args)
+        records = span("--records", args.records) if args.records else None
+        for step in itertools.count(self.start + worker.id, worker.num_workers):
+            before = dict(packer.counts)
+            packer.mixture.records = records or records_at(step, args.records_ramp)
+            ids, labels = packer.batch(args.rows)
+            yield ids, labels, {k: v - before[k] for k, v in packer.counts.items()}
+
+
+def configured(packer: Packer, args) -> Packer:
+    packer.mixture.follow_ups = args.follow_ups
+    packer.mixture.fields = span("--fields", args.fields)
+    packer.mixture.history = span("--history", args.history, least=0)
+    return packer
 
 
 def grown(state: dict, old: int, new: int) -> dict:
@@ -197,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--records", default="", help="record_field: records an item, e.g. 2-4 (instead of the ramp)")
     parser.add_argument("--fields", default="2-4", help="record_field: fields a record, e.g. 1-1")
+    parser.add_argument("--device", default="cpu", help="where the steps run: cpu, or cuda where a GPU is lent")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="pack batches in this many processes (0: in the training process)"
+    )
     parser.add_argument(
         "--history", default="0", help="earlier copy / recall exchanges before each item, e.g. 0-12: long contexts"
     )
@@ -227,10 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    packer = Packer(tokenizer, args.seed, args.width, parse_weights(args.weights))
-    packer.mixture.follow_ups = args.follow_ups
-    packer.mixture.fields = span("--fields", args.fields)
-    packer.mixture.history = span("--history", args.history, least=0)
+    packer = configured(Packer(tokenizer, args.seed, args.width, parse_weights(args.weights)), args)
     records = span("--records", args.records) if args.records else None
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
@@ -238,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         path = latest_checkpoint(checkpoints)
         if path is None:
             raise SystemExit(f"no checkpoint under {checkpoints}")
-        state = load_state(path)
+        state = load_state(path, map_location="cpu")
         for key in _SAME_RUN:
             if state["args"].get(key, getattr(args, key)) != getattr(args, key):
                 flag = "--" + key.replace("_", "-")
@@ -264,17 +303,31 @@ def main(argv: list[str] | None = None) -> None:
             keep=2,
         )
 
-    dtype, why = resolve("auto")
+    model.to(args.device)
+    for moment in optimizer.state.values():  # a resumed run's Adam moments go where the weights are
+        for key, value in moment.items():
+            if torch.is_tensor(value) and key != "step":
+                moment[key] = value.to(args.device)
+    if args.workers:
+        stream = Stream(tokenizer, args, packer.weights, step)
+        batches = iter(
+            torch.utils.data.DataLoader(stream, batch_size=None, num_workers=args.workers, prefetch_factor=8)
+        )
+    dtype, why = resolve("auto", args.device)
     print(why)
     started, last_save, last_probe = time.monotonic(), time.monotonic(), time.monotonic()
     while step < args.steps and not args.export_only:
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        packer.mixture.records = records or records_at(step, args.records_ramp)
-        ids, labels = packer.batch(args.rows)
-        with autocast(dtype):
-            loss = model(input_ids=ids, labels=labels).loss
+        if args.workers:
+            ids, labels, drawn = next(batches)
+            packer.counts = {k: packer.counts.get(k, 0) + drawn[k] for k in drawn}
+        else:
+            packer.mixture.records = records or records_at(step, args.records_ramp)
+            ids, labels = packer.batch(args.rows)
+        with autocast(dtype, args.device):
+            loss = model(input_ids=ids.to(args.device), labels=labels.to(args.device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -312,7 +365,7 @@ def _probe(model, tokenizer, items: int, halves: bool = False) -> dict[str, floa
     """The probe; with `halves` also the two halves of `record_field`: finding the record by name (one
     field, three records; chance 1/3) and the field (one record of four fields; chance 1/4), and
     copy, recall and `list_calls` behind 1,024 tokens of earlier conversation."""
-    policy = Policy(copy.deepcopy(model).float().eval(), tokenizer, "tiny-base")
+    policy = Policy(copy.deepcopy(model).float().cpu().eval(), tokenizer, "tiny-base")
     try:
         scores = probe(policy, items_per_skill=items)
         if halves:
@@ -322,6 +375,10 @@ def _probe(model, tokenizer, items: int, halves: bool = False) -> dict[str, floa
         return scores
     finally:
         policy.close()
+
+
+def where(device: str) -> str:
+    return torch.cuda.get_device_name() if device.startswith("cuda") else f"{os.cpu_count()}-core CPU"
 
 
 def _truncate(path: Path, step: int) -> None:
@@ -341,7 +398,7 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
     folder = args.export_dir
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    fp16 = copy.deepcopy(model).half().eval()
+    fp16 = copy.deepcopy(model).half().cpu().eval()
     fp16.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     figure, axis = plt.subplots(figsize=(7, 4))
@@ -360,7 +417,7 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
     for skill in SKILLS:
         axis.plot([m for _, m, _ in probes], [p.get(skill, 0.0) for _, _, p in probes], marker="o", label=skill)
     axis.axhline(0.8, color="grey", linestyle=":", linewidth=0.8)
-    axis.set(xlabel="minutes of training steps (2-core CPU)", ylabel="probe accuracy (greedy, exact)", ylim=(0, 1.02),
+    axis.set(xlabel=f"minutes of training steps ({where(args.device)})", ylabel="probe accuracy (greedy, exact)", ylim=(0, 1.02),
              title=f"tiny-base probe during pretraining (hidden {args.hidden}, {args.layers} layers)")  # fmt: skip
     axis.legend(fontsize=8)
     axis.grid(alpha=0.3)
@@ -401,7 +458,7 @@ Reproduce (resumable; `--resume` after an interruption):
 - {step} steps x {args.rows} rows x {args.width} tokens = {step * args.rows * args.width / 1e6:.1f} M tokens;
   next-token loss on the assistant's replies and on every prose token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
   warmup steps, cosine to 10 %; bf16 autocast where native (else fp32); grad clip 1.0.
-- Wall time of the training steps on the 2-core CPU: {wall / 60:.0f} min.
+- Wall time of the training steps ({where(args.device)}): {wall / 60:.0f} min.
 - Loss curve: `loss.png`; probe accuracy against minutes: `probe.png` (and `probe.json`: `during` holds
   [step, minutes, scores] from 40 items a skill; the last entry is the final probe below).
 

@@ -59,10 +59,10 @@ def _complete(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
 
 
-def load_state(path: Path) -> dict[str, Any]:
+def load_state(path: Path, map_location: str | None = None) -> dict[str, Any]:
     import torch
 
-    return torch.load(path / STATE_FILE, weights_only=False)
+    return torch.load(path / STATE_FILE, weights_only=False, map_location=map_location)
 
 
 def write_atomic(path: Path, text: str) -> None:
