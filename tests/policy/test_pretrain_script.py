@@ -45,6 +45,34 @@ def test_a_stopped_run_resumes_without_gap_and_a_second_stage_starts_from_its_we
     refused(*resume, *init, "--fields", "1-1", match="--fields")
 
 
+def test_batches_packed_in_worker_processes_train_resume_and_are_counted(tmp_path):
+    run, export = tmp_path / "run", tmp_path / "export"
+    workers = ["--workers", "2", "--out", str(run), "--export-dir", str(export)]
+    first = pretrain(*workers, "--steps", "3")
+    assert first.returncode == 0, first.stderr[-2000:]
+    seen = _items_seen(export)
+    more = pretrain(*workers, "--steps", "6", "--resume")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert steps(run) == [1, 2, 3, 4, 5, 6]
+    assert sum(_items_seen(export).values()) > sum(seen.values()) > 0  # the workers' items reach the model card
+
+
+def test_each_worker_packs_its_own_items():
+    module, tokenizer = _script(), build_tokenizer()
+    args = module.build_parser().parse_args([*TOY, "--workers", "2"])
+    stream = module.Stream(tokenizer, args, module.parse_weights(""), start=0)
+    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
+    batches = [batch for batch, _ in zip(loader, range(4), strict=False)]
+    assert all(ids.shape == (2, 64) for ids, _, _ in batches)
+    assert sum(sum(drawn.values()) for _, _, drawn in batches) > 0  # (an item can span several 64-token rows)
+    assert not torch.equal(batches[0][0], batches[1][0])  # two workers, two streams of items
+
+
+def _items_seen(export: Path) -> dict[str, int]:
+    line = next(x for x in (export / "README.md").read_text().splitlines() if "Items seen:" in x)
+    return json.loads(line.split("Items seen:")[1].strip().rstrip("."))
+
+
 def test_records_and_fields_spans_parse_and_bad_ones_are_named():
     module = _script()
     assert module.span("--fields", "1-1") == (1, 1) and module.span("--records", "3") == (3, 3)
