@@ -13,7 +13,9 @@ CPU has it natively (else fp32), AdamW, warmup + cosine. Checkpoints every
 `--save-minutes` (Hugging Face folder + optimizer, schedule, step, RNG and mixture state), so an
 interrupted run resumes where it stopped. `--minutes` stops early (checkpointed) to continue later.
 At the end it probes the model, plots the loss curve and exports fp16 safetensors to
-src/harnessrl/policy/tiny_base/ with a README of what was done.
+src/harnessrl/policy/tiny_base/ with a README of what was done. Where a GPU is lent, `--device cuda`
+runs the steps there and `--workers N` packs batches in N processes (the packing is then the limit;
+benchmarks/gpu/pretrain_tiny_base.sh); with workers a resumed run draws fresh items, not the same stream.
 """
 
 from __future__ import annotations
@@ -259,6 +261,8 @@ def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.workers < 0:
+        raise SystemExit(f"--workers: expected 0 or more, got {args.workers}")
 
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
@@ -308,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         for key, value in moment.items():
             if torch.is_tensor(value) and key != "step":
                 moment[key] = value.to(args.device)
-    if args.workers:
+    if args.workers and not args.export_only:
         stream = Stream(tokenizer, args, packer.weights, step)
         batches = iter(
             torch.utils.data.DataLoader(stream, batch_size=None, num_workers=args.workers, prefetch_factor=8)

@@ -7,6 +7,8 @@
 # start-up and the export's probe. $OUT gets tiny-base.tgz (the fp16 export with its README, loss.png and
 # log) and tiny-base-fp32.safetensors. The CPU reproduction is the same command line with --device cpu
 # (see src/harnessrl/policy/tiny_base/README.md): hours on 2 cores, resumable with --resume.
+# On 2026-12-04 these flags ran in two legs (1,000 steps, then resumed towards 3,000 and stopped at 2,416 when
+# the device time ran out; model card); this one-leg form has not run yet.
 set -euo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/pretrain-gpu}; mkdir -p "$OUT"

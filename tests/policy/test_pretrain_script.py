@@ -83,6 +83,7 @@ def test_records_and_fields_spans_parse_and_bad_ones_are_named():
 
 def test_an_unknown_skill_in_weights_is_named(tmp_path):
     refused("--out", str(tmp_path / "run"), "--steps", "1", "--weights", "reasoning=1", match="reasoning")
+    refused("--out", str(tmp_path / "run2"), "--steps", "1", "--workers", "-1", match="--workers")
 
 
 def refused(*args: str, match: str) -> None:
