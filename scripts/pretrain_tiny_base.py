@@ -147,10 +147,9 @@ class Stream(torch.utils.data.IterableDataset):
         worker = torch.utils.data.get_worker_info()
         args, seed = self.args, hash((self.args.seed, self.start, worker.id)) % 2**32
         packer = configured(Packer(self.tokenizer, seed, args.width, self.weights), args)
-        records = span("--records", args.records) if args.records else None
         for step in itertools.count(self.start + worker.id, worker.num_workers):
             before = dict(packer.counts)
-            packer.mixture.records = records or records_at(step, args.records_ramp)
+            packer.mixture.records = records_for(args, step)
             ids, labels = packer.batch(args.rows)
             yield ids, labels, {k: v - before[k] for k, v in packer.counts.items()}
 
@@ -181,6 +180,11 @@ def grown(state: dict, old: int, new: int) -> dict:
                 zero = copy_ and m[2] in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
                 out[f"model.layers.{j}.{m[2]}"] = torch.zeros_like(value) if zero else value.clone()
     return out
+
+
+def records_for(args, step: int) -> tuple[int, int]:
+    """Records an item at `step`: `--records` where given, else the ramp's."""
+    return span("--records", args.records) if args.records else records_at(step, args.records_ramp)
 
 
 def records_at(step: int, ramp: int) -> tuple[int, int]:
@@ -271,10 +275,10 @@ def main(argv: list[str] | None = None) -> None:
 
         init = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
         model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
-    model.train()
+    model.to(args.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = configured(Packer(tokenizer, args.seed, args.width, parse_weights(args.weights)), args)
-    records = span("--records", args.records) if args.records else None
+    records_for(args, 0)  # a bad --records is named before any training
     checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
     if args.resume or args.export_only:
@@ -307,11 +311,6 @@ def main(argv: list[str] | None = None) -> None:
             keep=2,
         )
 
-    model.to(args.device)
-    for moment in optimizer.state.values():  # a resumed run's Adam moments go where the weights are
-        for key, value in moment.items():
-            if torch.is_tensor(value) and key != "step":
-                moment[key] = value.to(args.device)
     if args.workers and not args.export_only:
         stream = Stream(tokenizer, args, packer.weights, step)
         batches = iter(
@@ -328,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
             ids, labels, drawn = next(batches)
             packer.counts = {k: packer.counts.get(k, 0) + drawn[k] for k in drawn}
         else:
-            packer.mixture.records = records or records_at(step, args.records_ramp)
+            packer.mixture.records = records_for(args, step)
             ids, labels = packer.batch(args.rows)
         with autocast(dtype, args.device):
             loss = model(input_ids=ids.to(args.device), labels=labels.to(args.device)).loss
