@@ -3,6 +3,7 @@
 import asyncio
 import time
 
+import pytest
 import torch
 
 from harnessrl.policy import SamplingParams
@@ -202,3 +203,12 @@ async def test_a_next_turn_is_prefilled_from_the_kept_cache_with_the_logprobs_of
         assert not engine._prefixes
     finally:
         policy.close()
+
+
+def test_a_transformers_below_the_floor_is_refused_by_name():
+    from harnessrl.policy.engine import TRANSFORMERS_NEEDED, check_transformers
+
+    check_transformers("5.25.0")
+    check_transformers(TRANSFORMERS_NEEDED)
+    with pytest.raises(ImportError, match=r"transformers>=5\.24 .* has 5\.17\.0"):
+        check_transformers("5.17.0")

@@ -47,10 +47,29 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+import transformers
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from harnessrl.policy.sampling import sample_next
+
+TRANSFORMERS_NEEDED = "5.24"  # pyproject.toml's floor: older caches run without error and decode garbage
+
+
+def check_transformers(version: str) -> None:
+    """Refuse a transformers older than pyproject.toml's floor (one put on PYTHONPATH, or pinned by another
+    package and installed with --no-deps): under transformers 5.17 (torch 2.11, a lent GPU machine's image) a
+    trained tiny-base scored 0.0 on every probe skill, without an error."""
+    from packaging.version import Version
+
+    if Version(version) < Version(TRANSFORMERS_NEEDED):
+        raise ImportError(
+            f"harnessrl needs transformers>={TRANSFORMERS_NEEDED} (pyproject.toml); this environment has {version}: "
+            f"pip install 'transformers>={TRANSFORMERS_NEEDED},<6'"
+        )
+
+
+check_transformers(transformers.__version__)
 
 MIN_REUSE = 32  # fewer shared tokens than this: the prompt is prefilled whole, batched with the other short ones
 
