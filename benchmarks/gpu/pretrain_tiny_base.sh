@@ -11,6 +11,8 @@
 # (3,000 steps, 64 rows of 2,048 tokens, 0-12 answered exchanges before each item):
 #   bash benchmarks/gpu/pretrain_tiny_base.sh 3000 --history 0-12 --width 2048 --rows 64
 # A run stopped by --minutes is checkpointed and exported as it stands (--export-only).
+# The machine needs harnessrl's requirements at their floors: `bash benchmarks/gpu/wheels.sh` here makes the
+# wheels to carry (with transformers 5.17 the export's probe read 0.0 on every skill, now refused at import).
 set -euo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/pretrain-gpu}; mkdir -p "$OUT"
