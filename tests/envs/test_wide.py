@@ -65,7 +65,11 @@ def test_item_f1_by_hand():
     assert f1(["Baker.", "1802", "kalo"]) == 1.0
     assert f1(["baker", "", "x"]) == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))  # P 1/2, R 1/3
     assert f1(["baker"]) == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
-    assert f1([]) == f1(["x", "y", "z"]) == 0.0
+    assert f1([]) == f1(["x", "y", "z"]) == f1({}) == 0.0
+    # keyed by question number, as WideSearch matches rows: a skipped item costs that item only
+    assert f1({"1": "baker", "3": "Kalo"}) == f1(["baker", "", "Kalo"]) == pytest.approx(0.8)  # P 1, R 2/3
+    assert f1({"3": "Kalo", "2": "1802", "1": "baker"}) == 1.0
+    assert f1({"1": "baker", "2": "1802", "3": "Kalo", "4": "extra", "x": "y"}) == pytest.approx(2 * 0.6 / 1.6)  # P 3/5
     assert item_f1(Episode(task=task)) == 0.0  # a failed episode has no outcome
 
 
@@ -101,9 +105,9 @@ async def test_the_expert_hands_out_every_question_in_one_reply_and_answers_what
     assert critical_steps(demo.calls) == 2 + max(steps.values()) < len(demo.calls)
     summary = demo.outcome.info["swarm"]
     assert summary["critical_steps"] == critical_steps(demo.calls)
-    # every question word for word, in order, and the answer is what each sub-agent gave (none: "")
+    # every question word for word, in order, and the answer is what each sub-agent gave (none: ""), by number
     assert [r["task"] for r in summary["runs"]] == task.data["questions"]
-    assert demo.outcome.info["answers"] == [r["output"] or "" for r in summary["runs"]]
+    assert demo.outcome.info["answers"] == {str(i + 1): r["output"] or "" for i, r in enumerate(summary["runs"])}
 
 
 async def test_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gateway, wide):

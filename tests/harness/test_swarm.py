@@ -46,8 +46,8 @@ async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gat
         limits = SwarmLimits(subagent_timeout=0.3 if subagent is slow else 60, max_subagent_steps=2)
         episode, swarm, messages = await run_scripted(swarm_gateway, tasks=2, subagent=subagent, limits=limits)
         assert episode.status == "finished" and episode.outcome.info["swarm"]["finished"] == 0
-        outputs = json.loads(messages[-2]["content"])  # assign_tasks' observation: the outputs in order
-        assert outputs == [f"error: sub-agent scout (scout/{i}) {expected}" for i in range(2)]
+        outputs = json.loads(messages[-2]["content"])  # assign_tasks' observation: the outputs by position
+        assert outputs == {str(i + 1): f"error: sub-agent scout (scout/{i}) {expected}" for i in range(2)}
     assert [r.steps for r in swarm.runs] == [1, 1]
 
 

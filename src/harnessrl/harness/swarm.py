@@ -154,7 +154,8 @@ class Swarm:
         return (await self._assign([(agent, task)]))[0]
 
     async def assign_tasks(self, assignments: list[dict[str, str]]) -> str:
-        """Give several tasks at once, run in parallel; returns their outputs as a JSON list, in order.
+        """Give several tasks at once, run in parallel; returns their outputs as a JSON object keyed by
+        position ("1", "2", ...).
 
         Args:
             assignments: [{"agent": name, "task": text}, ...]
@@ -166,7 +167,8 @@ class Swarm:
             pairs.append((item["agent"], item["task"]))
         if len(pairs) > self.limits.max_parallel:
             return f"error: at most {self.limits.max_parallel} assignments at once"
-        return json.dumps(await self._assign(pairs), ensure_ascii=False)
+        outputs = await self._assign(pairs)  # numbered: a model copying them back keeps its place where they repeat
+        return json.dumps({str(i + 1): o for i, o in enumerate(outputs)}, ensure_ascii=False)
 
     # ---- running them -----------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """A scripted orchestrator for SFT demonstrations: create one search sub-agent, assign it every
 question in one reply, so they run in parallel, then answer with what the sub-agents returned (an
 error counts as no answer). The orchestrator's `assign` form says how: one `assign_tasks` call
-("batch", the default: its one observation lists the outputs in order, so the answer copies one
-list) or one `assign_task` call each ("each": flat arguments, but the answer gathers eight
+("batch", the default: its one observation holds the outputs keyed by position, so the answer copies
+one object) or one `assign_task` call each ("each": flat arguments, but the answer gathers eight
 observations, and tiny-base skipped and repeated items doing so).
 
 It knows nothing the model cannot see (it copies the questions and the sub-agents' outputs), so a
@@ -66,9 +66,9 @@ class OrchestratorExpert:
         outputs = (
             json.loads(results[1]["content"])
             if self.orchestrator.assign == "batch"
-            else [r["content"] for r in results[1:]]
+            else {str(i + 1): r["content"] for i, r in enumerate(results[1:])}
         )
-        answers = ["" if o.startswith("error:") else o for o in outputs]
+        answers = {k: "" if o.startswith("error:") else o for k, o in outputs.items()}
         response = await demonstrate(llm, messages, tools, [tool_call(len(plan), "answer", {"answers": answers})])
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         await swarm.execute(response, mine)

@@ -18,14 +18,14 @@ from harnessrl.harness import Toolbox
 from harnessrl.harness.swarm import Assignment, BoundLLM, Swarm, SwarmLimits
 from harnessrl.types import Outcome, Task
 
-# how the orchestrator hands out the questions: one assign_tasks call whose one observation lists the
-# outputs in order ("batch"), or one assign_task call each, all in one reply ("each")
+# how the orchestrator hands out the questions: one assign_tasks call whose one observation holds the
+# outputs keyed by position ("batch"), or one assign_task call each, all in one reply ("each")
 _LEAD = "You coordinate sub-agents that search a document collection. Create one sub-agent and assign it every "
 SYSTEM = {
     "each": _LEAD + "question (one assign_task call per question, all in one reply: they run in parallel), then call "
-    "answer with their answers in question order.",
+    "answer with their answers keyed by question number.",
     "batch": _LEAD + "question in one assign_tasks call (they run in parallel), then call answer with their answers "
-    "in question order.",
+    "keyed by question number.",
 }
 NUDGE = {
     "each": "Use a tool: assign_task for each question, then answer.",
@@ -64,8 +64,8 @@ class WideOrchestrator:
         """A fresh episode's swarm, own tools, messages, and the slot `answer` fills (for the expert too)."""
         final: dict = {}
 
-        def answer(answers: list[str]) -> str:
-            """Final answers, one per question, in order."""
+        def answer(answers: dict[str, str]) -> str:
+            """Final answers, keyed by question number ("1", "2", ...)."""
             final["answers"] = answers
             return "answers recorded"
 
@@ -89,8 +89,9 @@ class WideOrchestrator:
 
 
 def outcome(final: dict, swarm: Swarm) -> Outcome:
-    answers = final.get("answers") or []
-    return Outcome(answer="; ".join(map(str, answers)), info={"answers": answers, "swarm": swarm.summary()})
+    answers = final.get("answers") or {}
+    text = "; ".join(f"{k}: {a}" for k, a in answers.items())
+    return Outcome(answer=text, info={"answers": answers, "swarm": swarm.summary()})
 
 
 class SerialSearch:
@@ -100,9 +101,9 @@ class SerialSearch:
         self.searcher, self.model = searcher, model
 
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
-        answers = []
+        answers = {}
         for i, question in enumerate(task.data["questions"]):
             bound = BoundLLM(llm, self.model, {"agent": "searcher", "lineage": f"searcher/{i}"})
             done = await _Run(self.searcher, Task(prompt=question)).loop(bound)
-            answers.append(done.answer or "")
-        return Outcome(answer="; ".join(answers), info={"answers": answers})
+            answers[str(i + 1)] = done.answer or ""
+        return Outcome(answer="; ".join(f"{k}: {a}" for k, a in answers.items()), info={"answers": answers})

@@ -10,11 +10,15 @@ from harnessrl.types import Episode
 
 
 def item_f1(episode: Episode) -> float:
-    """2PR / (P + R): precision over the items answered (non-empty), recall over all items."""
-    gold = episode.task.data.get("answers", [])
-    given = (episode.outcome.info.get("answers") if episode.outcome else None) or []
-    answered = [(g, a) for g, a in zip(gold, given) if isinstance(a, str) and a.strip()]
-    correct = sum(answers_match(a, g) for g, a in answered)
+    """2PR / (P + R), items matched by key, as WideSearch matches rows: the question's number ("1",
+    "2", ...; a list is keyed by position). Precision over the items answered (non-empty; a key that
+    names no question is a wrong answer), recall over all items."""
+    gold = {str(i + 1): g for i, g in enumerate(episode.task.data.get("answers", []))}
+    given = (episode.outcome.info.get("answers") if episode.outcome else None) or {}
+    if isinstance(given, list):
+        given = {str(i + 1): a for i, a in enumerate(given)}
+    answered = {k: a for k, a in given.items() if isinstance(a, str) and a.strip()}
+    correct = sum(k in gold and answers_match(a, gold[k]) for k, a in answered.items())
     if not correct:
         return 0.0
     precision, recall = correct / len(answered), correct / len(gold)

@@ -17,7 +17,7 @@ import re
 from harnessrl.envs.search.data import SearchTask
 from harnessrl.types import Task
 
-PROMPT = "Answer each question below. Give them to sub-agents, then answer with one answer per question, in order."
+PROMPT = "Answer each question below. Give them to sub-agents, then answer with one answer per question, by number."
 
 
 def shape(question: str) -> str:
