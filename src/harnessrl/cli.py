@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(help="Train LLM agents with RL inside the harness they ship in.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
-MODEL_HELP = "'tiny', 'tiny-base', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
+MODEL_HELP = "'tiny', 'tiny-base', 'tiny-base-long', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
 TOOL_FORMAT_HELP = "how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
 
 

@@ -81,6 +81,9 @@ def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(
     search = search_config(config)
     assert search.swarm is None and search.data == config.data and search.agent == config.agent
     assert search.sft == JobConfig().sft and search.rl == JobConfig().rl  # not the swarm job's SFT / RL sizes
+    assert search.model == "tiny"  # the orchestrator's base, unless the sub-agent's is named
+    config.swarm.subagent_base = "tiny-base"
+    assert search_config(config).model == "tiny-base"
     (tmp_path / "bad.yaml").write_text(MINIMAL.replace("SEARCH", str(tmp_path / "search")))
     config.swarm.subagent_config = tmp_path / "bad.yaml"
     with pytest.raises(ValueError, match="a search main job with validation"):

@@ -51,7 +51,7 @@ from harnessrl.eval.heldout import HELDOUT_TIMEOUT
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.harness import Harness
 from harnessrl.job.config import JobConfig
-from harnessrl.policy.sources import PRESETS
+from harnessrl.policy.sources import PRESETS, SHIPPED
 from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Call, Episode, Task
@@ -137,10 +137,10 @@ ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
-    """The model behind --checkpoint: 'tiny' / 'tiny-base' / a preset / a .gguf file as they are, else
+    """The model behind --checkpoint: 'tiny' / a shipped base / a preset / a .gguf file as they are, else
     the first folder with a config.json among DIR, DIR/model (an SFT run's final weights), the step
     DIR/latest names (a checkpoints/ folder) and the step DIR/checkpoints/latest names (a run folder)."""
-    if checkpoint in ("tiny", "tiny-base", *PRESETS) or checkpoint.endswith(".gguf"):
+    if checkpoint in ("tiny", *SHIPPED, *PRESETS) or checkpoint.endswith(".gguf"):
         return checkpoint
     path = Path(checkpoint)
     if not path.is_dir():

@@ -82,19 +82,18 @@ def _find_in_run(run: Path, episode_id: str) -> Episode:
 
 
 def load_tokenizer(model: str):
-    """Only the tokenizer of 'tiny', 'tiny-base', a preset, a .gguf file (converted once) or a local
+    """Only the tokenizer of 'tiny', a shipped base, a preset, a .gguf file (converted once) or a local
     Hugging Face folder (no weights)."""
     from transformers import AutoTokenizer
 
     from harnessrl.policy import PolicyLoadError
-    from harnessrl.policy.model import TINY_BASE
-    from harnessrl.policy.sources import SourceError, local_folder
+    from harnessrl.policy.sources import SHIPPED, SourceError, local_folder
     from harnessrl.policy.tiny import build_tokenizer
 
     if model == "tiny":
         return build_tokenizer()
     try:
-        path = TINY_BASE if model == "tiny-base" else local_folder(model)
+        path = SHIPPED[model] if model in SHIPPED else local_folder(model)
     except SourceError as exc:
         raise PolicyLoadError(str(exc)) from None
     if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():

@@ -94,6 +94,11 @@ class SwarmJobConfig(_Strict):
         description="the main job config that trains the sub-agent when best/ is absent; default: the embedded "
         "default with this job's model, seed, data and agent",
     )
+    subagent_base: str | None = Field(
+        default=None,
+        description="the model the sub-agent's main job starts from when it is trained here (no subagent_config); "
+        "default: this job's model (the orchestrator's base)",
+    )
     subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
     subagent_cache: int = Field(
         default=4096,
@@ -105,8 +110,8 @@ class SwarmJobConfig(_Strict):
     assign: Literal["batch", "each"] = Field(
         default="batch",
         description="how the orchestrator (and its expert) hands out the questions: one assign_tasks call whose "
-        "one observation lists the outputs in order (the answer copies one list), or one assign_task call each, "
-        "all in one reply (the answer gathers one observation per question)",
+        "one observation holds the outputs keyed by position (the answer copies one object), or one assign_task "
+        "call each, all in one reply (the answer gathers one observation per question)",
     )
     bundlings: int = Field(
         default=4, ge=1, description="times each train question is bundled into a wide task, drawn anew each time"

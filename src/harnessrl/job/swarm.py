@@ -75,12 +75,12 @@ def subagent_model(config: JobConfig, progress: bool) -> str:
 
 def search_config(config: JobConfig) -> JobConfig:
     """The main job that trains the sub-agent: `swarm.subagent_config`, or the main job's own phases and
-    sizes on this job's model, seed, data and agent."""
+    sizes on this job's seed, data and agent, from `swarm.subagent_base` (default: this job's model)."""
     if config.swarm.subagent_config is not None:
         search = JobConfig.load(config.swarm.subagent_config)
     else:
-        keep = ("model", "tool_format", "lora", "seed", "data", "agent", "loggers")
-        search = JobConfig(**{k: getattr(config, k) for k in keep})
+        keep = ("tool_format", "lora", "seed", "data", "agent", "loggers")
+        search = JobConfig(model=config.swarm.subagent_base or config.model, **{k: getattr(config, k) for k in keep})
     if search.swarm is not None or search.rl.validation_tasks == 0:
         raise ValueError("swarm.subagent_config: a search main job with validation (it writes best/), not a swarm job")
     return search

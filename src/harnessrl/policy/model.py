@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from harnessrl.policy import toolformat
 from harnessrl.policy.engine import Engine
-from harnessrl.policy.sources import PRESETS, PolicyLoadError, SourceError, local_folder
+from harnessrl.policy.sources import PRESETS, SHIPPED, PolicyLoadError, SourceError, local_folder
 from harnessrl.policy.tiny import build_tiny
 
 
@@ -63,11 +63,11 @@ class Policy:
         vllm_url: str | None = None,
         sync_dir: str | Path | None = None,
     ) -> Policy:
-        """`tiny` (built in code for `seed`), `tiny-base`, a preset, or a local Hugging Face folder or
+        """`tiny` (built in code for `seed`), a shipped base, a preset, or a local Hugging Face folder or
         `.gguf` file; `tool_format` is `auto` (from the chat template) or one of `toolformat.FORMATS`;
         `vllm_url`: generate on that vLLM server (started on the same weights) instead of in process."""
         lm, tokenizer = load_model_and_tokenizer(model, seed)
-        name = model if model in ("tiny", "tiny-base", *PRESETS) else Path(model).name
+        name = model if model in ("tiny", *SHIPPED, *PRESETS) else Path(model).name
         return cls(lm, tokenizer, name, max_batch, tool_format, vllm_url, sync_dir)
 
     @property
@@ -114,20 +114,20 @@ class Policy:
         self.engine.close()
 
 
-TINY_BASE = Path(__file__).parent / "tiny_base"
+TINY_BASE = SHIPPED["tiny-base"]
 
 
 def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
-    """`tiny` (built in code for `seed`), `tiny-base` (shipped, pretrained), a preset, or a local
-    Hugging Face folder or `.gguf` file; fp32, eval mode."""
+    """`tiny` (built in code for `seed`), a shipped base (`tiny-base`, `tiny-base-long`), a preset, or a
+    local Hugging Face folder or `.gguf` file; fp32, eval mode."""
     if model == "tiny":
         return build_tiny(seed=seed)
     try:
-        path = TINY_BASE if model == "tiny-base" else local_folder(model)
+        path = SHIPPED[model] if model in SHIPPED else local_folder(model)
     except SourceError as exc:
         raise PolicyLoadError(str(exc)) from None
     if not (path / "config.json").is_file():
-        names = ", ".join(["tiny", "tiny-base", *PRESETS])
+        names = ", ".join(["tiny", *SHIPPED, *PRESETS])
         raise PolicyLoadError(f"--model {model}: not one of {names}, a .gguf file or a folder with a config.json")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

