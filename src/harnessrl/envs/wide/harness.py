@@ -90,8 +90,11 @@ class WideOrchestrator:
 
 def outcome(final: dict, swarm: Swarm) -> Outcome:
     answers = final.get("answers") or {}
-    text = "; ".join(f"{k}: {a}" for k, a in answers.items())
-    return Outcome(answer=text, info={"answers": answers, "swarm": swarm.summary()})
+    return Outcome(answer=_text(answers), info={"answers": answers, "swarm": swarm.summary()})
+
+
+def _text(answers: dict[str, str]) -> str:
+    return "; ".join(f"{k}: {a}" for k, a in answers.items())
 
 
 class SerialSearch:
@@ -106,4 +109,4 @@ class SerialSearch:
             bound = BoundLLM(llm, self.model, {"agent": "searcher", "lineage": f"searcher/{i}"})
             done = await _Run(self.searcher, Task(prompt=question)).loop(bound)
             answers[str(i + 1)] = done.answer or ""
-        return Outcome(answer="; ".join(f"{k}: {a}" for k, a in answers.items()), info={"answers": answers})
+        return Outcome(answer=_text(answers), info={"answers": answers})
