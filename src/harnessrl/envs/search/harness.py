@@ -29,9 +29,10 @@ class SearchAgent:
         k: int = 3,
         max_tokens: int = 96,
         temperature: float = 1.0,
+        recite: bool = False,
     ):
         self.index, self.budget, self.max_turns, self.k = index, context_budget, max_turns, k
-        self.max_tokens, self.temperature = max_tokens, temperature
+        self.max_tokens, self.temperature, self.recite = max_tokens, temperature, recite
 
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         run = _Run(self, task)
@@ -143,13 +144,14 @@ class _Run:
             self.seen_docs.append(doc_id)
 
     def _usage(self) -> str:
+        """The line every tool result (and nudge) ends with; with `recite`, the question after it."""
         line = f"[context: {self.used}/{self.agent.budget} tokens]"
         if self.used >= self.agent.budget:
-            return line + " Budget reached: only prune_chunks and answer work now."
-        if self.used > self.agent.budget / 2:
+            line += " Budget reached: only prune_chunks and answer work now."
+        elif self.used > self.agent.budget / 2:
             unpruned = [c for c in self.shown if c not in self.pruned][:4]
-            return line + f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
-        return line
+            line += f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
+        return line + (f"\n[question: {self.task.prompt}]" if self.agent.recite else "")
 
 
 def _drop(content: str, ids: set[str]) -> str:
