@@ -68,6 +68,11 @@ class RLConfig(_Strict):
     validate_every: int = Field(
         default=8, ge=1, description="validate every N updates (and before the first, and at the end)"
     )
+    interleave_hops: bool = Field(
+        default=False,
+        description="order the RL tasks so that each hop count (gold documents a task needs) is spread evenly over "
+        "the updates; otherwise a plain shuffle",
+    )
     # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)
