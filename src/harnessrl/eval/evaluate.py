@@ -124,7 +124,6 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
         a.k,
         a.max_tokens,
         temperature=request.temperature,
-        recite=a.recite,
     )
     split = [t.task() for t in items if t.split == request.split]
     documents = {d.id: d for d in docs}

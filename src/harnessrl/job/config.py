@@ -36,9 +36,6 @@ class AgentConfig(_Strict):
     max_turns: int = Field(default=6, ge=1)
     k: int = Field(default=3, ge=1, description="chunks per search")
     max_tokens: int = Field(default=96, ge=8, description="per model turn")
-    recite: bool = Field(
-        default=False, description="end every tool result with the question (`[question: ...]`), as Manus's recitation"
-    )
 
 
 class SFTConfig(_Strict):

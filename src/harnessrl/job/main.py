@@ -126,8 +126,8 @@ class _Job:
         self.policy.engine.prefix_cache = config.prefix_cache
         self.gateway = GatewayClient(ADMIN, app=create_app(self.policy, ADMIN))
         a = config.agent
-        agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, 1.0, a.recite)
-        greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, 0.0, a.recite)
+        agent = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=1.0)
+        greedy = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens, temperature=0.0)
         reward = config.reward.build()
         if self.progress:  # bf16 on a CPU without it is 15x slower than fp32: say which one this run uses
             print(

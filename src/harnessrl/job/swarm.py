@@ -130,7 +130,7 @@ class _SwarmJob(main._Job):
         self.validation, train, rl_train, test = wide_splits(items, config)
         a = config.agent
         searcher = SearchAgent(SearchIndex(docs, out / "index"), a.context_budget, a.max_turns, a.k, a.max_tokens,
-                               temperature=swarm.subagent_temperature, recite=a.recite)  # fmt: skip
+                               temperature=swarm.subagent_temperature)  # fmt: skip
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         frozen = Policy.load(self.subagent, tool_format=config.tool_format)
         for policy in (self.policy, frozen):  # both answer multi-turn conversations

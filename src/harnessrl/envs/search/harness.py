@@ -29,10 +29,9 @@ class SearchAgent:
         k: int = 3,
         max_tokens: int = 96,
         temperature: float = 1.0,
-        recite: bool = False,
     ):
         self.index, self.budget, self.max_turns, self.k = index, context_budget, max_turns, k
-        self.max_tokens, self.temperature, self.recite = max_tokens, temperature, recite
+        self.max_tokens, self.temperature = max_tokens, temperature
 
     async def __call__(self, task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         run = _Run(self, task)
@@ -144,14 +143,13 @@ class _Run:
             self.seen_docs.append(doc_id)
 
     def _usage(self) -> str:
-        """The line every tool result (and nudge) ends with; with `recite`, the question after it."""
         line = f"[context: {self.used}/{self.agent.budget} tokens]"
         if self.used >= self.agent.budget:
-            line += " Budget reached: only prune_chunks and answer work now."
-        elif self.used > self.agent.budget / 2:
+            return line + " Budget reached: only prune_chunks and answer work now."
+        if self.used > self.agent.budget / 2:
             unpruned = [c for c in self.shown if c not in self.pruned][:4]
-            line += f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
-        return line + (f"\n[question: {self.task.prompt}]" if self.agent.recite else "")
+            return line + f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
+        return line
 
 
 def _drop(content: str, ids: set[str]) -> str:
