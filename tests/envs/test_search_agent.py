@@ -44,21 +44,6 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     assert "only prune_chunks and answer" in run._usage()
 
 
-def test_recite_ends_every_tool_result_with_the_question_and_pruning_keeps_it(index):
-    idx, tasks = index
-    task = tasks[2].task()
-    run = _Run(SearchAgent(idx, context_budget=2000, recite=True), task)
-    call = {"id": "c0", "type": "function", "function": {"name": "search_corpus", "arguments": '{"query": "x"}'}}
-    asyncio.run(run.act({"role": "assistant", "tool_calls": [call]}, 300))
-    result = run.messages[-1]["content"]
-    assert result.endswith(f"\n[question: {task.prompt}]") and "[context: 300/2000 tokens]" in result
-    chunk = result.split("]")[0][1:]
-    assert run.prune_chunks([chunk]) == "pruned 1" and run.messages[-1]["content"].endswith(f"[question: {task.prompt}]")
-    plain = _Run(SearchAgent(idx, context_budget=2000), task)
-    asyncio.run(plain.act({"role": "assistant", "tool_calls": [call]}, 300))
-    assert "[question:" not in plain.messages[-1]["content"]
-
-
 def test_context1_reward_by_hand():
     assert f_beta({"a", "b"}, {"a"}, beta=1.0) == pytest.approx(2 * 0.5 * 1 / 1.5)
     assert f_beta({"x"}, {"a"}, beta=4.0) == 0.0
