@@ -118,6 +118,11 @@ class Episode(_Model):
     status: Literal["running", "finished", "failed"] = "running"
     failure_reason: str | None = None
 
+    @property
+    def demonstrated(self) -> bool:
+        """Every call an expert's reply (`Call.demonstration`): nothing in it was sampled."""
+        return bool(self.calls) and all(c.demonstration for c in self.calls)
+
     def to_json(self) -> str:
         """One JSON line (no newline inside)."""
         return self.model_dump_json()

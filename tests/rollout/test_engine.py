@@ -126,3 +126,26 @@ def test_refill_samples_more_groups_while_too_few_are_informative(setup, tmp_pat
     assert plain["rollout/groups"] == 2  # no refill: one round, however few are informative
     if staleness == 0:  # synchronous rounds take the tasks in order: t4, t5 (ties)
         assert plain["rollout/groups_dropped_equal"] == 2
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_guided_group_trains_its_demonstration_beside_the_samples_and_it_never_goes_stale(setup, tmp_path, staleness):
+    policy, gateway, reward = setup
+    tasks = [Task(id=f"t{i}", prompt=f"Time in city {i}?") for i in range(4)]
+    probe = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=2))
+    guides = {}
+    for task in tasks:  # an expert's episode per task: recorded at version 0, its tokens never sampled
+        demo = asyncio.run(probe.group(task))[0]
+        for call in demo.calls:
+            call.demonstration, call.sampled_logprobs = True, [0.0] * len(call.completion_ids)
+        guides[task.id] = demo
+    config = RolloutConfig(group_size=4, groups_per_update=2, staleness=staleness, concurrency=8)
+    engine = RolloutEngine(gateway, harness, reward, config, guides)
+    group = asyncio.run(engine.group(tasks[0]))
+    assert len(group) == 5 and group[-1].demonstrated and group[-1].id != guides["t0"].id and group[-1].reward
+    trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=policy)
+    history = asyncio.run(engine.train(trainer, itertools.cycle(tasks), updates=3, progress=False))
+    assert engine.counts["dropped_stale"] == 0  # the demonstrations' version 0 is not an age
+    for m in history:  # the metrics are the sampled episodes'; every group trains its demonstration
+        assert m["rollout/episodes"] == 8 and m["rollout/demonstrations"] == 2
+        assert m.get("rollout/groups_dropped_equal", 0) or 0 < m["policy/guided_p"] < 1

@@ -239,14 +239,43 @@ def test_greedy_calls_and_demonstrations_never_enter_a_ratio(fresh_policy):
     greedy, demo = groups[0][0].calls[0], groups[0][1].calls[0]
     greedy.temperature, greedy.sampled_logprobs = 0.0, [0.0] * len(greedy.completion_ids)
     demo.demonstration, demo.sampled_logprobs = True, [0.0] * len(demo.completion_ids)
+    plain = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(guidance_gamma=0)).rl_step(groups)
+    assert plain["rollout/sequences"] == 6 and plain["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)
     metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(groups)
     unsampled = len(greedy.completion_ids) + len(demo.completion_ids)
     assert metrics["rollout/unsampled_loss_tokens"] == unsampled
-    assert metrics["rollout/sequences"] == 6
+    assert metrics["rollout/sequences"] == 7  # the demonstration trains by policy shaping, the greedy reply not at all
+    assert metrics["rollout/demonstrations"] == 1 and metrics["rollout/episodes"] == 7
     # a logprob of 0.0 taken as behaviour would give ratios far below 1; only real samples are in the ratio
     assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)
     sft = Trainer(fresh_policy.model, fresh_policy.tokenizer).sft_step([e for g in groups for e in g])
     assert sft["rollout/sequences"] == 8  # SFT learns from demonstrations and greedy replies alike
+
+
+def test_a_demonstration_in_a_group_is_learnt_where_it_beats_the_samples_and_unlearnt_where_it_trails(fresh_policy):
+    from harnessrl.train.losses import policy_shaping_loss
+
+    logp = torch.log(torch.tensor([0.01, 0.5, 0.99])).requires_grad_()
+    policy_shaping_loss(logp, torch.tensor(2.0), gamma=0.1).sum().backward()
+    p = logp.detach().exp()
+    assert torch.allclose(logp.grad, -2.0 * 0.1 * p / (p + 0.1) ** 2)  # d/dlogp of -A p / (p + gamma), by hand
+    groups = sampled_groups(fresh_policy, groups=2, size=5)
+    for g, group in enumerate(groups):  # an expert's reply in place of a sample: the best of group 0, the worst of 1
+        demo = group.pop(0)
+        demo.calls[0].demonstration, demo.calls[0].sampled_logprobs = True, [0.0] * len(demo.calls[0].completion_ids)
+        demo.reward = demo.reward.model_copy(update={"total": 10.0 if g == 0 else -10.0})
+        group.append(demo)
+    # the same step with and without the demonstrations' loss (gamma at the scale of this untrained model's p)
+    guided, plain = (Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, guidance_gamma=gamma))
+                     for gamma in (1e-3, 0.0))  # fmt: skip
+    metrics, without = guided.rl_step(groups), plain.rl_step(groups)
+    assert metrics["rollout/demonstrations"] == 2 and metrics["rollout/episodes"] == 8
+    assert metrics["rollout/sequences"] == 10 and without["rollout/sequences"] == 8
+    assert 0 < metrics["policy/guided_p"] < 1 and "policy/guided_p" not in without
+    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)  # the demonstrations are not in the ratio
+    best, worst = groups[0][-1], groups[1][-1]
+    assert _mean_logp(guided.model, [best]) > _mean_logp(plain.model, [best])
+    assert _mean_logp(guided.model, [worst]) < _mean_logp(plain.model, [worst])
 
 
 def test_dropout_is_off_when_scoring_and_said_so(fresh_policy):

@@ -65,6 +65,11 @@ class RLConfig(_Strict):
     validate_every: int = Field(
         default=8, ge=1, description="validate every N updates (and before the first, and at the end)"
     )
+    guidance: bool = Field(
+        default=False,
+        description="each RL group gets the expert's demonstration of its task beside its sampled episodes (LUFFY's "
+        "off-policy guidance; trained by rl.train.guidance_gamma's policy shaping)",
+    )
     interleave_hops: bool = Field(
         default=False,
         description="order the RL tasks so that each hop count (gold documents a task needs) is spread evenly over "

@@ -137,11 +137,16 @@ class _Job:
             self.seconds.get("setup", 0.0) + time.perf_counter() - started
         )  # corpus, index, model: every start
         try:
-            if config.sft.steps:
+            demos = []
+            if config.sft.steps or config.rl.guidance:
                 demos = await self._phase("demos", lambda: self._demos(agent, reward, train))
+            if config.sft.steps:
                 await self._phase("sft", lambda: self._sft(demos))
             before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
-            await self._phase("rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout, _batch_by_gold_docs))
+            guides = {d.task.id: d for d in demos if d.outcome and d.outcome.success} if config.rl.guidance else None
+            await self._phase(
+                "rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout, _batch_by_gold_docs, guides)
+            )
             chosen = self._load_best()
             if chosen["update"] == 0:  # validation kept the warm start: the weights eval_before measured
                 self._reuse_eval_before()
@@ -266,7 +271,7 @@ class _Job:
         for path in sorted(files, key=lambda p: p.suffix == ".json"):  # each .json last: it marks its phase done
             shutil.copyfile(path, self.out / path.name.replace("eval_before", "eval_after", 1))
 
-    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None):
+    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, guides=None):
         """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the
         job chose it), validation of `self.validation` (if any) before the first update of a fresh run and
         every `rl.validate_every` updates, and a checkpoint every `save_every` updates (numbered by update:
@@ -294,7 +299,7 @@ class _Job:
             if done % cfg.save_every == 0 or done == cfg.updates:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
 
-        engine = RolloutEngine(self.gateway, harness, reward, rollout)
+        engine = RolloutEngine(self.gateway, harness, reward, rollout, guides)
         rng = random.Random(f"{self.config.seed}:{done}")
         tasks = itertools.cycle(interleave_hops(train, rng) if cfg.interleave_hops else rng.sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)

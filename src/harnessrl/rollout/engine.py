@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,8 +53,17 @@ class RolloutConfig(BaseModel):
 
 
 class RolloutEngine:
-    def __init__(self, gateway: GatewayClient, harness: Harness, reward: Reward, config: RolloutConfig | None = None):
-        self.gateway, self.harness, self.reward = gateway, harness, reward
+    def __init__(
+        self,
+        gateway: GatewayClient,
+        harness: Harness,
+        reward: Reward,
+        config: RolloutConfig | None = None,
+        guides: Mapping[str, Episode] | None = None,
+    ):
+        """`guides`: an expert's demonstration by task id; each group of such a task gets a copy beside its G
+        sampled episodes, scored with them (LUFFY's off-policy guidance; `TrainConfig.guidance_gamma`)."""
+        self.gateway, self.harness, self.reward, self.guides = gateway, harness, reward, guides or {}
         self.config = cfg = config or RolloutConfig()
         self._slots = asyncio.Semaphore(cfg.concurrency)
         self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0}
@@ -105,8 +115,10 @@ class RolloutEngine:
             self._ray.close()
 
     async def group(self, task: Task, step: int = 0) -> list[Episode]:
-        """G episodes of one task, scored."""
+        """G episodes of one task (and its guide, if any), scored."""
         episodes = list(await asyncio.gather(*(self.episode(task) for _ in range(self.config.group_size))))
+        if (guide := self.guides.get(task.id)) is not None:
+            episodes.append(guide.model_copy(update={"id": uuid.uuid4().hex}, deep=True))
         await self.score(episodes, step)
         return episodes
 
@@ -185,7 +197,7 @@ class RolloutEngine:
                         "perf/rollout_wait_seconds": waited
                     }
                     if batch_metrics is not None:
-                        extra |= batch_metrics([e for g in batch for e in g], trainer.step)
+                        extra |= batch_metrics([e for g in batch for e in g if not e.demonstrated], trainer.step)
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
                     if on_update is not None:
@@ -222,7 +234,8 @@ class RolloutEngine:
             group = getter.result()
             self._outstanding -= 1
             self._taken.set()
-            versions = [c.policy_version for e in group for c in e.calls if c.trainable]  # frozen models never age
+            # frozen models never age; a demonstration was never sampled
+            versions = [c.policy_version for e in group for c in e.calls if c.trainable and not c.demonstration]
             current = trainer.policy.version if trainer.policy is not None else 0
             if versions and min(versions) < current - cfg.staleness:
                 self.counts["dropped_stale"] += len(group)

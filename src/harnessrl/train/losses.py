@@ -113,6 +113,14 @@ def cispo_loss(
     return -weight * advantages * logp, ratio
 
 
+def policy_shaping_loss(logp: torch.Tensor, advantages: torch.Tensor, gamma: float = 0.1) -> torch.Tensor:
+    """LUFFY's policy shaping (Yan et al., 2025) for off-policy tokens (an expert's demonstration in a group):
+    loss = -A p / (p + gamma), p = exp(logp). Its gradient -A gamma p / (p + gamma)^2 grad(logp) lifts a
+    token the policy finds unlikely more than the importance ratio p would, and fades as p nears 1."""
+    p = logp.exp()
+    return -advantages * p / (p + gamma)
+
+
 def kl_penalty(
     logp: torch.Tensor,
     ref_logp: torch.Tensor,

@@ -22,6 +22,7 @@ import math
 import random
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,7 +97,7 @@ class Trainer:
         all_sequences, dropped, failed, small_roles, rewards = [], 0, 0, 0, []
         for group in groups:
             scores = [_reward(e) for e in group]
-            rewards += scores
+            rewards += [r for r, e in zip(scores, group) if not e.demonstrated]
             if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
                 failed += 1
                 continue
@@ -109,9 +110,15 @@ class Trainer:
             )  # fmt: skip
             all_sequences += credited
             small_roles += small
-        # sequences: policy-gradient losses train on sampled tokens only (no greedy calls, no demonstrations)
-        episodes = [e for g in groups for e in g]
-        sequences = [s for s in all_sequences if s.sampled_loss_tokens]
+        # sequences: policy-gradient losses train on sampled tokens (never a greedy reply); an expert's demonstration
+        # in a group by policy shaping, when guidance_gamma > 0. The batch's metrics are the sampled episodes'.
+        guides = {e.id for g in groups for e in g if e.demonstrated} if self.config.guidance_gamma else set()
+        sequences = []
+        for s in all_sequences:
+            if s.episode_id not in guides:
+                s = replace(s, loss_mask=[m * x for m, x in zip(s.loss_mask, s.sampled)])
+            sequences += [s] if s.loss_tokens else []
+        episodes = [e for g in groups for e in g if not e.demonstrated]
         metrics = {
             "rollout/groups": len(groups),
             "rollout/groups_dropped_equal": dropped,
@@ -123,6 +130,7 @@ class Trainer:
             "rollout/success": _share([bool(e.outcome and e.outcome.success) for e in episodes]),
             "rollout/malformed_share": _share([any(c.tool_call_error for c in e.calls) for e in episodes]),
             "rollout/sequences": len(sequences),
+            "rollout/demonstrations": sum(e.demonstrated for g in groups for e in g),
             "rollout/unsampled_loss_tokens": sum(s.loss_tokens - s.sampled_loss_tokens for s in all_sequences),
             **_reward_metrics(episodes, rewards),
             **(extra or {}),
@@ -191,7 +199,7 @@ class Trainer:
             "optim/lr": self.scheduler.get_last_lr()[0],
             "perf/step_seconds": seconds,
             "perf/tokens": sum(len(s) for s in sequences),
-            "perf/loss_tokens": sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences),
+            "perf/loss_tokens": sum(s.loss_tokens for s in sequences),
             "perf/padded_tokens": sum(mb.padded_tokens for micro, *_ in prepared for mb in micro),
             "perf/tokens_per_s": passes * sum(len(s) for s in sequences) / seconds,
             "perf/micro_batches": sum(len(micro) for micro, *_ in prepared),
@@ -206,7 +214,7 @@ class Trainer:
         micro = [micro_batch(mb) for mb in micro_batches(sequences, cfg.token_budget, self.micro_loss_tokens)]
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
-        num_tokens = sum(s.sampled_loss_tokens if rl else s.loss_tokens for s in sequences)
+        num_tokens = sum(s.loss_tokens for s in sequences)  # RL: sampled or demonstrated (rl_step)
         return micro, prox, ref, len(sequences), num_tokens
 
     def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
@@ -232,6 +240,10 @@ class Trainer:
                 weight = losses.truncated_is_weight(prox[i], mb.behaviour, cfg.is_cap) if prox is not None else None
                 if weight is not None:
                     per_token = per_token * weight
+                if cfg.guidance_gamma and (guided := mb.mask * (1 - mb.sampled)).any():  # demonstrated tokens
+                    shaped = losses.policy_shaping_loss(logp, mb.advantages, cfg.guidance_gamma)
+                    per_token, mask = torch.where(guided > 0, shaped, per_token), mask + guided
+                    stats._add("policy/guided_p", logp.detach().exp(), guided)
                 kl = None
                 if ref is not None:  # importance-weighted when asked: the tokens are the behaviour policy's samples
                     kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
@@ -244,9 +256,18 @@ class Trainer:
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )
             loss.backward()
-            stats.add(
-                loss, logp, entropy.detach(), mb, mask, ratio, weight, kl, version if rl else -1, cfg
-            )  # demos: no staleness
+            stats.add(  # the sampled tokens' statistics (demonstrations: no staleness, no ratio)
+                loss,
+                logp,
+                entropy.detach(),
+                mb,
+                mb.mask * mb.sampled if rl else mask,
+                ratio,
+                weight,
+                kl,
+                version if rl else -1,
+                cfg,
+            )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
         self.optimizer.step()
         return float(grad_norm)
