@@ -239,7 +239,7 @@ def test_greedy_calls_and_demonstrations_never_enter_a_ratio(fresh_policy):
     greedy, demo = groups[0][0].calls[0], groups[0][1].calls[0]
     greedy.temperature, greedy.sampled_logprobs = 0.0, [0.0] * len(greedy.completion_ids)
     demo.demonstration, demo.sampled_logprobs = True, [0.0] * len(demo.completion_ids)
-    plain = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(guidance_gamma=0)).rl_step(groups)
+    plain = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(guidance="none")).rl_step(groups)
     assert plain["rollout/sequences"] == 6 and plain["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)
     metrics = Trainer(fresh_policy.model, fresh_policy.tokenizer).rl_step(groups)
     unsampled = len(greedy.completion_ids) + len(demo.completion_ids)
@@ -265,17 +265,21 @@ def test_a_demonstration_in_a_group_is_learnt_where_it_beats_the_samples_and_unl
         demo.calls[0].demonstration, demo.calls[0].sampled_logprobs = True, [0.0] * len(demo.calls[0].completion_ids)
         demo.reward = demo.reward.model_copy(update={"total": 10.0 if g == 0 else -10.0})
         group.append(demo)
-    # the same step with and without the demonstrations' loss (gamma at the scale of this untrained model's p)
-    guided, plain = (Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, guidance_gamma=gamma))
-                     for gamma in (1e-3, 0.0))  # fmt: skip
-    metrics, without = guided.rl_step(groups), plain.rl_step(groups)
-    assert metrics["rollout/demonstrations"] == 2 and metrics["rollout/episodes"] == 8
-    assert metrics["rollout/sequences"] == 10 and without["rollout/sequences"] == 8
-    assert 0 < metrics["policy/guided_p"] < 1 and "policy/guided_p" not in without
-    assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)  # the demonstrations are not in the ratio
+    # the same step with and without the demonstrations' loss (shaping's gamma at this untrained model's p)
+    plain = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, guidance="none"))
+    without = plain.rl_step(groups)
+    assert without["rollout/sequences"] == 8 and "policy/guided_p" not in without
     best, worst = groups[0][-1], groups[1][-1]
-    assert _mean_logp(guided.model, [best]) > _mean_logp(plain.model, [best])
-    assert _mean_logp(guided.model, [worst]) < _mean_logp(plain.model, [worst])
+    for mode in ("shaping", "nll"):
+        guided = Trainer(
+            fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, guidance=mode, guidance_gamma=1e-3)
+        )
+        metrics = guided.rl_step(groups)
+        assert metrics["rollout/demonstrations"] == 2 and metrics["rollout/episodes"] == 8
+        assert metrics["rollout/sequences"] == 10 and 0 < metrics["policy/guided_p"] < 1
+        assert metrics["policy/ratio_min"] == pytest.approx(1.0, abs=1e-4)  # the demonstrations are not in the ratio
+        assert _mean_logp(guided.model, [best]) > _mean_logp(plain.model, [best]), mode
+        assert _mean_logp(guided.model, [worst]) < _mean_logp(plain.model, [worst]), mode
 
 
 def test_dropout_is_off_when_scoring_and_said_so(fresh_policy):

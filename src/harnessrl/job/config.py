@@ -68,7 +68,7 @@ class RLConfig(_Strict):
     guidance: bool = Field(
         default=False,
         description="each RL group gets the expert's demonstration of its task beside its sampled episodes (LUFFY's "
-        "off-policy guidance; trained by rl.train.guidance_gamma's policy shaping)",
+        "off-policy guidance; trained as rl.train.guidance says)",
     )
     interleave_hops: bool = Field(
         default=False,

@@ -62,7 +62,7 @@ class RolloutEngine:
         guides: Mapping[str, Episode] | None = None,
     ):
         """`guides`: an expert's demonstration by task id; each group of such a task gets a copy beside its G
-        sampled episodes, scored with them (LUFFY's off-policy guidance; `TrainConfig.guidance_gamma`)."""
+        sampled episodes, scored with them (LUFFY's off-policy guidance; `TrainConfig.guidance`)."""
         self.gateway, self.harness, self.reward, self.guides = gateway, harness, reward, guides or {}
         self.config = cfg = config or RolloutConfig()
         self._slots = asyncio.Semaphore(cfg.concurrency)

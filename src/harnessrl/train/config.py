@@ -76,13 +76,13 @@ class TrainConfig(BaseModel):
         description="loss -= entropy_coef x the sampling distribution's entropy on loss tokens (verl entropy_coeff): "
         "> 0 keeps exploring, < 0 sharpens the policy (entropy minimisation), 0 = off",
     )
-    guidance_gamma: float = Field(
-        default=0.1,
-        ge=0,
-        description="loss tokens that were not sampled (an expert's demonstration in an RL group, LUFFY's off-policy "
-        "guidance) train by -A x p / (p + gamma), LUFFY's policy shaping (p: the token's probability now); "
-        "0 = they carry no RL loss",
+    guidance: Literal["none", "shaping", "nll"] = Field(
+        default="shaping",
+        description="how loss tokens that were not sampled (an expert's demonstration in an RL group: off-policy "
+        "guidance) train: shaping = LUFFY's policy shaping -A p / (p + guidance_gamma), p the token's probability "
+        "now; nll = -A log p, as if the policy had sampled it; none = not at all",
     )
+    guidance_gamma: float = Field(default=0.1, gt=0, description="shaping's gamma")
     # optimisation
     ppo_epochs: int = Field(
         default=1, ge=1, description="optimizer passes over each RL batch (verl ppo_epochs, TRL num_iterations)"

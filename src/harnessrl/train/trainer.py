@@ -111,8 +111,8 @@ class Trainer:
             all_sequences += credited
             small_roles += small
         # sequences: policy-gradient losses train on sampled tokens (never a greedy reply); an expert's demonstration
-        # in a group by policy shaping, when guidance_gamma > 0. The batch's metrics are the sampled episodes'.
-        guides = {e.id for g in groups for e in g if e.demonstrated} if self.config.guidance_gamma else set()
+        # in a group as `guidance` says. The batch's metrics are the sampled episodes'.
+        guides = {e.id for g in groups for e in g if e.demonstrated} if self.config.guidance != "none" else set()
         sequences = []
         for s in all_sequences:
             if s.episode_id not in guides:
@@ -240,8 +240,12 @@ class Trainer:
                 weight = losses.truncated_is_weight(prox[i], mb.behaviour, cfg.is_cap) if prox is not None else None
                 if weight is not None:
                     per_token = per_token * weight
-                if cfg.guidance_gamma and (guided := mb.mask * (1 - mb.sampled)).any():  # demonstrated tokens
-                    shaped = losses.policy_shaping_loss(logp, mb.advantages, cfg.guidance_gamma)
+                if cfg.guidance != "none" and (guided := mb.mask * (1 - mb.sampled)).any():  # demonstrated tokens
+                    shaped = (
+                        losses.policy_shaping_loss(logp, mb.advantages, cfg.guidance_gamma)
+                        if cfg.guidance == "shaping"
+                        else -mb.advantages * logp
+                    )
                     per_token, mask = torch.where(guided > 0, shaped, per_token), mask + guided
                     stats._add("policy/guided_p", logp.detach().exp(), guided)
                 kl = None
