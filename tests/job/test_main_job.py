@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
-from harnessrl.job.main import interleave_hops, validation_split
+from harnessrl.job.main import validation_split
 from harnessrl.train import TrainConfig
 from harnessrl.types import Episode, Task, read_jsonl
 from tests.conftest import cli
@@ -176,20 +176,6 @@ def test_the_validation_split_keeps_each_hop_counts_share_of_the_train_split():
     assert len({t.id for t in picked}) == 16 and all(t in train for t in picked)
     assert picked == validation_split(train, 16, random.Random(0)) != validation_split(train, 16, random.Random(1))
     assert validation_split(train, 0, random.Random(0)) == []
-
-
-def test_interleaved_hops_put_every_hop_count_in_every_batch_of_four():
-    def task(n: int, hops: int) -> Task:
-        return Task(id=f"q-{n}", prompt="?", data={"gold_doc_ids": [f"d-{n}-{h}" for h in range(hops)]})
-
-    train = [task(n, 1 + (n >= 64) + (n >= 131)) for n in range(196)]  # 64 / 67 / 65 tasks of 1 / 2 / 3 hops
-    order = interleave_hops(train, random.Random(0))
-    assert sorted(t.id for t in order) == sorted(t.id for t in train)
-    hops = [len(t.data["gold_doc_ids"]) for t in order]
-    assert all(set(hops[i : i + 4]) == {1, 2, 3} for i in range(0, 192, 4))
-    plain = [len(t.data["gold_doc_ids"]) for t in random.Random(0).sample(train, len(train))]
-    assert not all(set(plain[i : i + 4]) == {1, 2, 3} for i in range(0, 192, 4))  # what a plain shuffle gives
-    assert order == interleave_hops(train, random.Random(0)) != interleave_hops(train, random.Random(1))
 
 
 def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_naming_it(tmp_path):

@@ -70,11 +70,6 @@ class RLConfig(_Strict):
         description="each RL group gets the expert's demonstration of its task beside its sampled episodes (LUFFY's "
         "off-policy guidance; trained as rl.train.guidance says)",
     )
-    interleave_hops: bool = Field(
-        default=False,
-        description="order the RL tasks so that each hop count (gold documents a task needs) is spread evenly over "
-        "the updates; otherwise a plain shuffle",
-    )
     # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
     rollout: RolloutConfig = Field(
         default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)

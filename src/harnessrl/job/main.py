@@ -300,8 +300,7 @@ class _Job:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
 
         engine = RolloutEngine(self.gateway, harness, reward, rollout, guides)
-        rng = random.Random(f"{self.config.seed}:{done}")
-        tasks = itertools.cycle(interleave_hops(train, rng) if cfg.interleave_hops else rng.sample(train, len(train)))
+        tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
 
     async def _validate(self, update: int, harness, trainer: Trainer) -> None:
@@ -359,20 +358,6 @@ def validation_split(train: list[Task], size: int, rng: random.Random) -> list[T
     for hops in by_remainder[: size - sum(counts.values())]:
         counts[hops] += 1  # the largest remainders take what the floors left
     return [task for hops, tasks in sorted(strata.items()) for task in rng.sample(tasks, counts[hops])]
-
-
-def interleave_hops(train: list[Task], rng: random.Random) -> list[Task]:
-    """`train` shuffled so that every hop count (gold documents a task needs) is spread evenly over the
-    order: task i of a stratum of n (shuffled within it) goes at (i + u) / n, u uniform in [0, 1) once a
-    stratum. Any run of updates then trains each hop count at its share, instead of some batches holding none."""
-    strata: dict[int, list[Task]] = {}
-    for task in train:
-        strata.setdefault(len(task.data.get("gold_doc_ids", [])), []).append(task)
-    keyed = []
-    for tasks in strata.values():
-        offset = rng.random()
-        keyed += [((i + offset) / len(tasks), task) for i, task in enumerate(rng.sample(tasks, len(tasks)))]
-    return [task for _, task in sorted(keyed, key=lambda pair: pair[0])]
 
 
 def _succeeded(e: Episode) -> bool:
