@@ -247,7 +247,7 @@ class Trainer:
                         else -mb.advantages * logp
                     )
                     per_token, mask = torch.where(guided > 0, shaped, per_token), mask + guided
-                    stats._add("policy/guided_p", logp.detach().exp(), guided)
+                    stats.track("policy/guided_p", logp.detach().exp(), guided)
                 kl = None
                 if ref is not None:  # importance-weighted when asked: the tokens are the behaviour policy's samples
                     kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
@@ -260,18 +260,8 @@ class Trainer:
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )
             loss.backward()
-            stats.add(  # the sampled tokens' statistics (demonstrations: no staleness, no ratio)
-                loss,
-                logp,
-                entropy.detach(),
-                mb,
-                mb.mask * mb.sampled if rl else mask,
-                ratio,
-                weight,
-                kl,
-                version if rl else -1,
-                cfg,
-            )
+            sampled = mb.mask * mb.sampled if rl else mask  # statistics of sampled tokens: a demonstration has no ratio
+            stats.add(loss, logp, entropy.detach(), mb, sampled, ratio, weight, kl, version if rl else -1, cfg)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
         self.optimizer.step()
         return float(grad_norm)
@@ -380,7 +370,7 @@ class _Stats:
         self.maxs: dict[str, float] = {}
         self.loss = 0.0
 
-    def _add(self, key: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+    def track(self, key: str, values: torch.Tensor, mask: torch.Tensor) -> None:
         picked = values.detach()[mask.bool()]
         self.sums[key] = self.sums.get(key, 0.0) + float(picked.sum())
         self.sums[key + "#n"] = self.sums.get(key + "#n", 0.0) + picked.numel()
@@ -390,20 +380,20 @@ class _Stats:
 
     def add(self, loss, logp, entropy, mb, mask, ratio, weight, kl, version, cfg) -> None:
         self.loss += float(loss.detach())
-        self._add("policy/entropy", entropy, mask)
+        self.track("policy/entropy", entropy, mask)
         if version >= 0:  # train/sample gap on tokens the current weights sampled
             same = mask * (mb.versions == version)
-            self._add("policy/logprob_gap", (logp.detach() - mb.behaviour).abs(), same)
-            self._add("policy/staleness", (version - mb.versions).float(), mask)
+            self.track("policy/logprob_gap", (logp.detach() - mb.behaviour).abs(), same)
+            self.track("policy/staleness", (version - mb.versions).float(), mask)
         if ratio is not None:
-            self._add("policy/ratio", ratio, mask)
-            self._add("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb.advantages < 0)).float(), mask)
-            self._add("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb.advantages > 0)).float(), mask)
+            self.track("policy/ratio", ratio, mask)
+            self.track("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb.advantages < 0)).float(), mask)
+            self.track("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb.advantages > 0)).float(), mask)
         if weight is not None:
-            self._add("policy/is_weight", weight, mask)
-            self._add("policy/is_weight_capped", (weight >= (cfg.is_cap or math.inf)).float(), mask)
+            self.track("policy/is_weight", weight, mask)
+            self.track("policy/is_weight_capped", (weight >= (cfg.is_cap or math.inf)).float(), mask)
         if kl is not None:
-            self._add("policy/kl", kl, mask)
+            self.track("policy/kl", kl, mask)
 
     def summary(self, prefix: str, steps: int = 1) -> dict[str, float]:
         """Means over loss tokens (the loss: per optimizer step); the ratio and IS weight also get their min and max."""
