@@ -94,10 +94,9 @@ class Trainer:
     def rl_step(self, groups: list[list[Episode]], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One policy-gradient update on groups of scored episodes (each group: one task, G episodes)."""
         # advantages
-        all_sequences, dropped, failed, small_roles, rewards = [], 0, 0, 0, []
+        all_sequences, dropped, failed, small_roles = [], 0, 0, 0
         for group in groups:
             scores = [_reward(e) for e in group]
-            rewards += [r for r, e in zip(scores, group) if not e.demonstrated]
             if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
                 failed += 1
                 continue
@@ -115,7 +114,7 @@ class Trainer:
         guides = {e.id for g in groups for e in g if e.demonstrated} if self.config.guidance != "none" else set()
         sequences = []
         for s in all_sequences:
-            if s.episode_id not in guides:
+            if s.episode_id not in guides and s.sampled_loss_tokens < s.loss_tokens:  # a greedy reply: no loss
                 s = replace(s, loss_mask=[m * x for m, x in zip(s.loss_mask, s.sampled)])
             sequences += [s] if s.loss_tokens else []
         episodes = [e for g in groups for e in g if not e.demonstrated]
@@ -132,7 +131,7 @@ class Trainer:
             "rollout/sequences": len(sequences),
             "rollout/demonstrations": sum(e.demonstrated for g in groups for e in g),
             "rollout/unsampled_loss_tokens": sum(s.loss_tokens - s.sampled_loss_tokens for s in all_sequences),
-            **_reward_metrics(episodes, rewards),
+            **_reward_metrics(episodes, [_reward(e) for e in episodes]),
             **(extra or {}),
         }
         return self._update(sequences, "rl", metrics)
