@@ -27,11 +27,11 @@ DOCS = {
     "quasul": "Quasul is a country founded in 1211. Its capital is Brethos.",
     "osk": "Osk Drafin was a miller born in 1750 in the town of Brethos.",
 }
-TASKS = [  # id, question, answer, gold document, split
-    ("q0", "What was the occupation of Tova Reln?", "weaver", "tova", "test"),
-    ("q1", "In which country is Miralo?", "Quasul", "miralo", "test"),
-    ("q2", "When was Osk Drafin born?", "1750", "osk", "test"),
-    ("q3", "What is the capital of Quasul?", "Brethos", "quasul", "train"),
+TASKS = [  # id, question, answer, gold document, split, family (optional)
+    ("q0", "What was the occupation of Tova Reln?", "weaver", "tova", "test", "occupation"),
+    ("q1", "In which country is Miralo?", "Quasul", "miralo", "test", "town_country"),
+    ("q2", "When was Osk Drafin born?", "1750", "osk", "test", None),
+    ("q3", "What is the capital of Quasul?", "Brethos", "quasul", "train", "capital"),
 ]
 METRICS = "success failed reward steps critical_steps context_tokens tool_errors rare_draws latency_seconds"
 
@@ -39,8 +39,9 @@ METRICS = "success failed reward steps critical_steps context_tokens tool_errors
 def _write_data(folder):
     corpus, tasks = folder / "corpus.jsonl", folder / "tasks.jsonl"
     corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in DOCS.items()))
-    keys = ("id", "question", "answer", "gold_doc_ids", "split")
-    rows = [dict(zip(keys, (i, q, a, [g], s), strict=True)) for i, q, a, g, s in TASKS]
+    keys = ("id", "question", "answer", "gold_doc_ids", "split", "family")
+    rows = [dict(zip(keys, (i, q, a, [g], s, f), strict=True)) for i, q, a, g, s, f in TASKS]
+    rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return corpus, tasks
 
@@ -115,6 +116,12 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
         wins = [e.metrics["success"] for e in episodes if len(e.task.data["gold_doc_ids"]) == int(n)]
         assert g["success"]["mean"] == pytest.approx(sum(wins) / len(wins))
     assert "Success by the gold documents a task needs: " in table
+    families = report["by_family"]  # success per task family, where the task file names one (q2 does not)
+    assert {name: g["tasks"] for name, g in families.items()} == {"occupation": 1, "town_country": 1}
+    for name, g in families.items():
+        wins = [e.metrics["success"] for e in episodes if e.task.data.get("family") == name]
+        assert len(wins) == 2 and g["success"]["mean"] == pytest.approx(sum(wins) / len(wins))
+    assert "Success by task family: occupation, 1 tasks" in table
     rare = report["rare_draws"]  # success of episodes without / with a token sampled at p < 1 %
     assert rare["none"]["episodes"] + rare["some"]["episodes"] == 6
     for side, group in (("none", [e for e in episodes if not e.metrics["rare_draws"]]),

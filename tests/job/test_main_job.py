@@ -71,6 +71,15 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
         for row in by_docs.values()
         for w in ("before", "after")
     )
+    for when in ("before", "after"):  # the same by the synthetic tasks' family (question template), recomputed
+        held = read_jsonl(out / f"eval_{when}.jsonl", Episode)
+        families = Counter(e.task.data["family"] for e in held)
+        assert {name: row[f"success_{when}"] for name, row in summary["heldout_by_family"].items()} == {
+            name: round(
+                sum(bool(e.outcome and e.outcome.success) for e in held if e.task.data["family"] == name) / n, 4
+            )
+            for name, n in families.items()
+        }
     for when in ("before", "after"):  # tokens sampled at p < 1 % per 1,000 drawn, recomputed from the episodes
         drawn = [
             lp for e in read_jsonl(out / f"eval_{when}.jsonl", Episode) for c in e.calls for lp in c.sampled_logprobs

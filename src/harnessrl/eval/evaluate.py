@@ -23,7 +23,9 @@ Per episode (`episode_metrics`, stored in `Episode.metrics`):
     latency_seconds  the episode's wall time, gateway create -> harness -> finish, at the run's load
 
 eval.json's `by_gold_docs` gives success per number of gold documents a task needs (search: a
-lookup vs a chain of hops), where the tasks name them.
+lookup vs a chain of hops), where the tasks name them; `by_family` per task family (a task file's
+`family`, e.g. its question template), where the tasks carry one: a gain on one kind of question
+bought with a loss on another shows there and nowhere else.
 
 Intervals: percentile bootstrap over tasks (`bootstrap_ci`); the repeats of a task stay together.
 
@@ -315,12 +317,30 @@ def group_by_gold_docs(episodes: list[Episode]) -> dict[str, list[Episode]]:
     return {str(n): groups[n] for n in sorted(groups)}
 
 
+def group_by_family(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    """Episodes by their task's `family` (task data), in name order; tasks without one are left out."""
+    groups: dict[str, list[Episode]] = {}
+    for e in episodes:
+        if family := e.task.data.get("family"):
+            groups.setdefault(str(family), []).append(e)
+    return dict(sorted(groups.items()))
+
+
 def by_gold_docs(episodes: list[Episode]) -> dict[str, dict]:
     """eval.json's `by_gold_docs`: per group of `group_by_gold_docs`, its tasks and success (mean and
     interval as in `summarize`)."""
+    return _success_by(group_by_gold_docs(episodes))
+
+
+def by_family(episodes: list[Episode]) -> dict[str, dict]:
+    """eval.json's `by_family`: `by_gold_docs` per task family (`group_by_family`)."""
+    return _success_by(group_by_family(episodes))
+
+
+def _success_by(groups: dict[str, list[Episode]]) -> dict[str, dict]:
     return {
-        n: {"tasks": len({e.task.id for e in group}), "success": summarize(group)["success"]}
-        for n, group in group_by_gold_docs(episodes).items()
+        key: {"tasks": len({e.task.id for e in group}), "success": summarize(group)["success"]}
+        for key, group in groups.items()
     }
 
 
@@ -388,6 +408,7 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "error_classes": dict(classes.most_common()),
         "reward_by_error_class": reward_by_error_class(episodes, list(classes)),
         "by_gold_docs": by_gold_docs(episodes),
+        "by_family": by_family(episodes),
         "rare_draws": by_rare_draws(episodes),
         "wall_seconds": time.perf_counter() - started,
     }
@@ -428,12 +449,16 @@ def markdown(report: dict) -> str:
         lines += ["", f"Episodes per error class: {counts}."]
         means = ", ".join(f"{k} {v:.3g}" for k, v in r["reward_by_error_class"].items())  # highest first
         lines += ["", f"Mean reward per error class: {means}."]
-    if r.get("by_gold_docs"):
-        rows = "; ".join(
-            f"{n} gold doc(s), {g['tasks']} tasks: {g['success']['mean']:.3g} [{g['success']['low']:.3g}, {g['success']['high']:.3g}]"
-            for n, g in r["by_gold_docs"].items()
-        )
-        lines += ["", f"Success by the gold documents a task needs: {rows}."]
+    for key, title, label in (
+        ("by_gold_docs", "the gold documents a task needs", "{} gold doc(s)"),
+        ("by_family", "task family", "{}"),
+    ):
+        if r.get(key):
+            rows = "; ".join(
+                f"{label.format(k)}, {g['tasks']} tasks: {g['success']['mean']:.3g} [{g['success']['low']:.3g}, {g['success']['high']:.3g}]"
+                for k, g in r[key].items()
+            )
+            lines += ["", f"Success by {title}: {rows}."]
     if (rare := r.get("rare_draws")) and rare["some"]["episodes"]:
         side = {k: "-" if v["success"] is None else f"{v['success']:.3g}" for k, v in rare.items()}
         lines += ["", f"Success of episodes without a token sampled at p < 1 %: {side['none']} "

@@ -98,7 +98,8 @@ def plot_heldout(summary: dict, out: Path) -> None:
 
 def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
     """The same bars for several runs side by side; a missing key leaves its bar out. Sampled success
-    by the tasks' number of gold documents (`heldout_by_gold_docs`) gets a bar group per count."""
+    by the tasks' number of gold documents (`heldout_by_gold_docs`) gets a bar group per count, and by
+    task family (`heldout_by_family`) one per family."""
     plt = _pyplot()
     bars_of = {label: _heldout_bars(s) for label, s in summaries.items()}
     groups = list(dict.fromkeys(g for b in bars_of.values() for g in b))
@@ -109,7 +110,8 @@ def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
         heights = [bars_of[label].get(g, (math.nan, math.nan))[index] for g in groups]
         xs = [x - 0.4 + width * (b + 0.5) for x in range(len(groups))]
         axis.bar(xs, heights, width=width, label=f"{label}: {when}" if label else when)
-    axis.set_xticks(list(range(len(groups))), groups, fontsize=8)
+    tilt = {"rotation": 30, "ha": "right"} if len(groups) > 5 else {}
+    axis.set_xticks(list(range(len(groups))), groups, fontsize=8, **tilt)
     axis.set(ylim=(0, 1), ylabel="held-out success", title="held-out tasks")
     axis.legend(fontsize=7)
     _save(plt, figure, out)
@@ -126,6 +128,9 @@ def _heldout_bars(summary: dict) -> dict[str, tuple[float, float]]:
         if isinstance(row, dict):
             name = f"sampled, {n} gold doc{'s' if n != '1' else ''}"
             bars[name] = (_number(row.get("success_before")), _number(row.get("success_after")))
+    for family, row in (summary.get("heldout_by_family") or {}).items():
+        if isinstance(row, dict):
+            bars[f"sampled, {family}"] = (_number(row.get("success_before")), _number(row.get("success_after")))
     return bars
 
 

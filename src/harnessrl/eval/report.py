@@ -150,7 +150,11 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
                 "heldout.png",
                 "summary.json: "
                 + ", ".join(k for g in HELDOUT for k in g[1:])
-                + (", heldout_by_gold_docs" if any("heldout_by_gold_docs" in s for s in summaries.values()) else ""),
+                + "".join(
+                    f", {k}"
+                    for k in ("heldout_by_gold_docs", "heldout_by_family")
+                    if any(k in s for s in summaries.values())
+                ),
             )
         )
     for panel in PANELS:

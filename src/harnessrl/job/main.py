@@ -38,7 +38,7 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_gold_docs, policy_draws
+from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_family, group_by_gold_docs, policy_draws
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.eval.trend import training_trend
@@ -163,6 +163,7 @@ class _Job:
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
             "heldout_by_gold_docs": _by_gold_docs(held),
+            "heldout_by_family": _by_gold_docs(held, group_by_family),
             **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
@@ -379,13 +380,14 @@ def _gain_ci(before: list[Episode], after: list[Episode]) -> list[float]:
     return [round(low, 4), round(high, 4)]
 
 
-def _by_gold_docs(held: dict[str, list[Episode]]) -> dict[str, dict]:
+def _by_gold_docs(held: dict[str, list[Episode]], group=group_by_gold_docs) -> dict[str, dict]:
     """Sampled held-out success and model calls per episode, before and after RL (`held`'s keys), by
-    how many gold documents a task needs ("1": a lookup, "2" and more: a chain of hops), so that a gain
-    on one kind bought with a loss on another shows (e.g. RL learning to answer after the first document)."""
+    how many gold documents a task needs ("1": a lookup, "2" and more: a chain of hops), or by another
+    `group` (the task's family), so that a gain on one kind bought with a loss on another shows (e.g. RL
+    learning to answer after the first document)."""
     rows: dict[str, dict] = {}
     for when, all_episodes in held.items():
-        for n, (tasks, success, calls) in _success_and_calls(all_episodes).items():
+        for n, (tasks, success, calls) in _success_and_calls(all_episodes, group).items():
             row = rows.setdefault(n, {"tasks": tasks})
             row[f"success_{when}"], row[f"calls_{when}"] = round(success, 4), round(calls, 2)
     return rows
@@ -400,12 +402,12 @@ def _batch_by_gold_docs(episodes: list[Episode], _step: int) -> dict[str, float]
     return metrics
 
 
-def _success_and_calls(episodes: list[Episode]) -> dict[str, tuple[int, float, float]]:
-    """Per number of gold documents a task needs: distinct tasks, success and model calls per episode."""
+def _success_and_calls(episodes: list[Episode], group=group_by_gold_docs) -> dict[str, tuple[int, float, float]]:
+    """Per number of gold documents a task needs (or other `group`): distinct tasks, success and model calls per episode."""
     return {
-        n: (len({e.task.id for e in group}), sum(map(_succeeded, group)) / len(group),
-            sum(len(e.calls) for e in group) / len(group))
-        for n, group in group_by_gold_docs(episodes).items()
+        n: (len({e.task.id for e in members}), sum(map(_succeeded, members)) / len(members),
+            sum(len(e.calls) for e in members) / len(members))
+        for n, members in group(episodes).items()
     }  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Search corpora and tasks: JSONL files a user brings, or a deterministic synthetic generator.
 
 corpus.jsonl: {"id", "text", "title"?}      tasks.jsonl: {"id", "question", "answer", "gold_doc_ids", "split",
-                                                         "quotes"?, "distractor_doc_ids"?, "hops"?}
+                                                         "quotes"?, "distractor_doc_ids"?, "hops"?, "family"?}
 
 The generator writes small encyclopaedia entries about invented people, towns and countries, with
 distractors that share names and attribute types, and 1-3 hop questions whose gold documents are
@@ -43,14 +43,17 @@ class SearchTask(BaseModel):
     quotes: list[Quote] = Field(default_factory=list, description="supporting passages, verified verbatim")
     distractor_doc_ids: list[str] = Field(default_factory=list, description="close documents without the answer")
     hops: int = Field(default=1, ge=1, le=3)
+    family: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the task's kind, e.g. its question template: eval reports success per family",
+    )
 
     def task(self) -> Task:
-        return Task(
-            id=self.id,
-            prompt=self.question,
-            data={"answer": self.answer, "gold_doc_ids": self.gold_doc_ids},
-            split=self.split,
-        )
+        data = {"answer": self.answer, "gold_doc_ids": self.gold_doc_ids}
+        if self.family:
+            data["family"] = self.family
+        return Task(id=self.id, prompt=self.question, data=data, split=self.split)
 
 
 class DataError(ValueError):
@@ -210,27 +213,30 @@ def synthetic(
         hops = 1 + i % 3
         t, c = p["town"], p["town"]["country"]
         if hops == 1:
-            q, a, gold = rng.choice(
+            q, a, family = rng.choice(
                 [
-                    (f"What was the occupation of {p['name']}?", p["job"]),
-                    (f"In which year was {p['name']} born?", str(p["born"])),
+                    (f"What was the occupation of {p['name']}?", p["job"], "occupation"),
+                    (f"In which year was {p['name']} born?", str(p["born"]), "birth_year"),
                 ]
-            ) + ([p["id"]],)
+            )
+            gold = [p["id"]]
         elif hops == 2:
-            q, a, gold = rng.choice(
+            q, a, family = rng.choice(
                 [
-                    (f"In which country was {p['name']} born?", c["name"]),
-                    (f"What do the fields grow around the birthplace of {p['name']}?", t["crop"]),
+                    (f"In which country was {p['name']} born?", c["name"], "birth_country"),
+                    (f"What do the fields grow around the birthplace of {p['name']}?", t["crop"], "birthplace_crop"),
                 ]
-            ) + ([p["id"], t["id"]],)
+            )
+            gold = [p["id"], t["id"]]
         else:
-            q, a, gold = (
+            q, a, family = (
                 f"What is the capital of the country where {p['name']} was born?",
                 c["capital"]["name"],
-                [p["id"], t["id"], c["id"]],
+                "birth_country_capital",
             )
+            gold = [p["id"], t["id"], c["id"]]
         split = "test" if rng.random() < test_share else "train"
-        tasks.append(SearchTask(id=f"q-{i}", question=q, answer=a, gold_doc_ids=gold, split=split))
+        tasks.append(SearchTask(id=f"q-{i}", question=q, answer=a, gold_doc_ids=gold, split=split, family=family))
     return docs, tasks
 
 

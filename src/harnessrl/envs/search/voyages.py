@@ -136,17 +136,21 @@ def voyages(
         p, r, n = s["port"], s["port"]["river"], s["name"]
         hops = 1 + i % 3
         if hops == 1:
-            q, a = rng.choice([(f"Who was the best-known captain of the {n}?", s["captain"]),
-                               (f"What cargo did the {n} carry?", s["cargo"]),
-                               (f"When was the {n} launched?", str(s["year"]))])  # fmt: skip
+            q, a, family = rng.choice([(f"Who was the best-known captain of the {n}?", s["captain"], "captain"),
+                                       (f"What cargo did the {n} carry?", s["cargo"], "cargo"),
+                                       (f"When was the {n} launched?", str(s["year"]), "launch_year")])  # fmt: skip
             gold = [s["id"]]
         elif hops == 2:
-            q, a = rng.choice([(f"Which river flows past the home port of the {n}?", r["name"]),
-                               (f"Who founded the port the {n} sailed from?", p["founder"])])  # fmt: skip
+            q, a, family = rng.choice([(f"Which river flows past the home port of the {n}?", r["name"], "port_river"),
+                                       (f"Who founded the port the {n} sailed from?", p["founder"], "port_founder")])  # fmt: skip
             gold = [s["id"], p["id"]]
         else:
-            q, a = f"In which mountains is the source of the river at the {n}'s home port?", r["mountains"]
+            q, a, family = (
+                f"In which mountains is the source of the river at the {n}'s home port?",
+                r["mountains"],
+                "river_source",
+            )
             gold = [s["id"], p["id"], r["id"]]
         split = "test" if rng.random() < test_share else "train"
-        tasks.append(SearchTask(id=f"v-{i}", question=q, answer=a, gold_doc_ids=gold, split=split))
+        tasks.append(SearchTask(id=f"v-{i}", question=q, answer=a, gold_doc_ids=gold, split=split, family=family))
     return docs, tasks
