@@ -39,8 +39,10 @@ class AgentConfig(_Strict):
 
 
 class SFTConfig(_Strict):
-    steps: int = Field(default=50, ge=0, description="0 skips the warm start")
-    batch_episodes: int = 16
+    # 120 steps of 8 (since 2026-12-05; before: 50 of 16): twice the optimizer steps for ~20 % more SFT time, and the
+    # warm start no longer under-fits (README, "A warm start that is not under-trained")
+    steps: int = Field(default=120, ge=0, description="0 skips the warm start")
+    batch_episodes: int = 8
     lr: float = 1e-3
     demos_per_task: int = Field(default=1, ge=1)
     filter: DemoFilter | None = Field(
