@@ -39,8 +39,8 @@ class AgentConfig(_Strict):
 
 
 class SFTConfig(_Strict):
-    # 120 steps of 8 (since 2026-12-05; before: 50 of 16): twice the optimizer steps for ~20 % more SFT time, and the
-    # warm start no longer under-fits (README, "A warm start that is not under-trained")
+    # 120 steps of 8 (since 2026-12-04; before: 50 of 16): twice the optimizer steps for ~20 % more SFT time, and the
+    # warm start no longer under-fits (README, "Half the SFT time for the same warm start")
     steps: int = Field(default=120, ge=0, description="0 skips the warm start")
     batch_episodes: int = 8
     lr: float = 1e-3
