@@ -162,8 +162,8 @@ class _Job:
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
-            "heldout_by_gold_docs": _by_gold_docs(held),
-            "heldout_by_family": _by_gold_docs(held, group_by_family),
+            "heldout_by_gold_docs": _heldout_by(held, group_by_gold_docs),
+            "heldout_by_family": _heldout_by(held, group_by_family),
             **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
@@ -380,11 +380,11 @@ def _gain_ci(before: list[Episode], after: list[Episode]) -> list[float]:
     return [round(low, 4), round(high, 4)]
 
 
-def _by_gold_docs(held: dict[str, list[Episode]], group=group_by_gold_docs) -> dict[str, dict]:
-    """Sampled held-out success and model calls per episode, before and after RL (`held`'s keys), by
-    how many gold documents a task needs ("1": a lookup, "2" and more: a chain of hops), or by another
-    `group` (the task's family), so that a gain on one kind bought with a loss on another shows (e.g. RL
-    learning to answer after the first document)."""
+def _heldout_by(held: dict[str, list[Episode]], group) -> dict[str, dict]:
+    """Sampled held-out success and model calls per episode, before and after RL (`held`'s keys), per
+    `group` of tasks: how many gold documents a task needs ("1": a lookup, "2" and more: a chain of hops)
+    or its family, so that a gain on one kind bought with a loss on another shows (e.g. RL learning to
+    answer after the first document)."""
     rows: dict[str, dict] = {}
     for when, all_episodes in held.items():
         for n, (tasks, success, calls) in _success_and_calls(all_episodes, group).items():
