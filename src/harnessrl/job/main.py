@@ -397,13 +397,13 @@ def _batch_by_gold_docs(episodes: list[Episode], _step: int) -> dict[str, float]
     """A training batch's success and model calls per episode by gold documents per task (`hops/success_N`,
     `hops/calls_N`): what RL trades, e.g. lookups gained by answering chains after their first document."""
     metrics = {}
-    for n, (_, success, calls) in _success_and_calls(episodes).items():
+    for n, (_, success, calls) in _success_and_calls(episodes, group_by_gold_docs).items():
         metrics[f"hops/success_{n}"], metrics[f"hops/calls_{n}"] = success, calls
     return metrics
 
 
-def _success_and_calls(episodes: list[Episode], group=group_by_gold_docs) -> dict[str, tuple[int, float, float]]:
-    """Per number of gold documents a task needs (or other `group`): distinct tasks, success and model calls per episode."""
+def _success_and_calls(episodes: list[Episode], group) -> dict[str, tuple[int, float, float]]:
+    """Per `group` of tasks (gold documents needed, family): distinct tasks, success and model calls per episode."""
     return {
         n: (len({e.task.id for e in members}), sum(map(_succeeded, members)) / len(members),
             sum(len(e.calls) for e in members) / len(members))
