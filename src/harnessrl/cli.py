@@ -352,6 +352,9 @@ def sft(
     batch_episodes: int = typer.Option(16, min=1, help="episodes per optimizer step"),
     lr: float = typer.Option(3e-4, help="AdamW learning rate"),
     schedule: str = typer.Option("cosine", help="constant | linear | cosine (decays to 0 at the last step)"),
+    name_weight: float = typer.Option(
+        1.0, min=0, help="loss weight of the tokens that write a called tool's name (where the agent decides)"
+    ),
     token_budget: int = typer.Option(8192, help="padded tokens per micro-batch"),
     lora: bool = typer.Option(False, help="train LoRA adapters (peft) instead of all weights"),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU has it natively, else fp32) | bf16 | fp32"),
@@ -370,6 +373,7 @@ def sft(
         config = TrainConfig(
             lr=lr,
             schedule=schedule,
+            name_weight=name_weight,
             token_budget=token_budget,
             precision=precision,
             lora=LoraConfig() if lora else None,

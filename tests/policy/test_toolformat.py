@@ -7,7 +7,8 @@ import pytest
 
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, PolicyLoadError, sources
-from harnessrl.policy.toolformat import adapt, guess_format, tool_format
+from harnessrl.policy.tiny import build_tokenizer
+from harnessrl.policy.toolformat import adapt, guess_format, name_tokens, tool_format
 from tests.conftest import WEATHER_TOOLS, weather_dialogue
 
 NAMES = {"get_weather"}
@@ -82,3 +83,20 @@ def test_a_missing_preset_wheel_or_gguf_file_is_named(monkeypatch, tmp_path):
         Policy.load(str(tmp_path / "absent.gguf"))
     with pytest.raises(PolicyLoadError, match="smollm2-135m-instruct, a .gguf file or a folder"):
         Policy.load(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3_json"])
+def test_name_tokens_mark_each_called_tool_name_and_no_argument_called_name(name):
+    tok = build_tokenizer()
+    fmt = tool_format(name)
+    sep = "\n" if name == "hermes" else "; "
+    text = "Let me look. " * (name == "hermes") + sep.join(
+        [fmt.call_text("get_weather", {"name": "Oslo", "day": 2}), fmt.call_text("answer", {"text": '"name": "x"'})]
+    )
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    marks = name_tokens(tok, ids)
+    assert len(marks) == len(ids)
+    runs = "".join(tok.decode([i]) if m else "|" for i, m in zip(ids, marks)).split("|")
+    assert [r for r in runs if r] == ["get_weather", "answer"]
+    plain = tok('Not a call: {"text": {"name": "Oslo"}}', add_special_tokens=False)["input_ids"]
+    assert name_tokens(tok, plain) == [0] * len(plain)

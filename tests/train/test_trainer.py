@@ -3,6 +3,7 @@ import json
 import math
 import os
 import random
+from functools import partial
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
+from harnessrl.policy.toolformat import name_tokens
 from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences, lora_for
 from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
@@ -380,3 +382,23 @@ def test_lora_is_the_default_above_50m_parameters_only():
     assert lora_for(small) is None and lora_for(large) == LoraConfig()
     assert lora_for(small, True, LoraConfig(r=4)).r == 4 and lora_for(large, False) is None
     assert lora_for(small, "auto", LoraConfig(r=4)).r == 4  # a job config's explicit rl.train.lora is kept
+
+
+def test_sft_weighs_the_tokens_naming_a_called_tool_and_reports_their_probability(fresh_policy):
+    from harnessrl.train.losses import token_logprobs
+    from harnessrl.train.sft import demonstration
+
+    tok = fresh_policy.tokenizer
+    reply = '<tool_call>{"name": "search_notes", "arguments": {"query": "tide at Olmar"}}</tool_call>'
+    demo = demonstration(tok, [{"role": "user", "content": "What is the tide at Olmar?"}], reply)
+    (seq,) = episode_sequences(demo, names=partial(name_tokens, tok))
+    assert tok.decode([i for i, n in zip(seq.ids, seq.names) if n]) == "search_notes"
+    with torch.no_grad():
+        logp = token_logprobs(fresh_policy.model(torch.tensor([seq.ids])).logits, torch.tensor([seq.ids]))[0][0]
+    loss, names = torch.tensor(seq.loss_mask[1:]).bool(), torch.tensor(seq.names[1:]).bool()
+    for weight in (1.0, 10.0):
+        trainer = Trainer(copy.deepcopy(fresh_policy.model), tok, TrainConfig(name_weight=weight))
+        metrics = trainer.sft_step([demo])
+        w = 1 + (weight - 1) * names.float()  # the weighted mean NLL, by hand
+        assert metrics["loss/sft"] == pytest.approx(float((-logp * w)[loss].sum() / w[loss].sum()), rel=1e-4)
+        assert metrics["sft/name_p"] == pytest.approx(float(logp[names].exp().mean()), rel=1e-4)

@@ -44,6 +44,9 @@ class SFTConfig(_Strict):
     steps: int = Field(default=120, ge=0, description="0 skips the warm start")
     batch_episodes: int = 8
     lr: float = 1e-3
+    name_weight: float = Field(
+        default=1.0, ge=0, description="loss weight of the tokens naming each call's tool (TrainConfig.name_weight)"
+    )
     demos_per_task: int = Field(default=1, ge=1)
     filter: DemoFilter | None = Field(
         default=None, description="keep demonstrations by trajectory / output recall (Context-1); none keeps all"

@@ -213,6 +213,7 @@ class _Job:
                 raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
         train_cfg = TrainConfig(
             lr=cfg.lr,
+            name_weight=cfg.name_weight,
             schedule="cosine",
             total_steps=cfg.steps,
             warmup_steps=min(5, cfg.steps // 10),

@@ -116,6 +116,21 @@ def tool_format(name: str) -> ToolFormat:
     return formats[name]()
 
 
+# a call object's "name" in either format; an argument called "name" follows a ":", "," or "[", a call never does
+_CALL_NAME = re.compile(r'(?:^|[^:,\[\s])\s*\{\s*"name"\s*:\s*"([^"]*)"')
+
+
+def name_tokens(tokenizer, ids: list[int]) -> list[int]:
+    """1 on the tokens of a reply (`ids`) that write a tool call's tool name, 0 elsewhere: where an agent
+    picks its next action (search again, or answer), the few tokens an episode branches on."""
+    text = tokenizer.decode(ids)
+    spans = [m.span(1) for m in _CALL_NAME.finditer(text)]
+    if not spans:
+        return [0] * len(ids)
+    ends = [len(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))]
+    return [int(any(s < b and a < e for a, b in spans)) for s, e in zip([0, *ends[:-1]], ends)]
+
+
 def guess_format(chat_template: str) -> str:
     """The format a chat template's own text points at; `hermes` when it says nothing."""
     return "llama3_json" if "<|python_tag|>" in chat_template or "ipython" in chat_template else "hermes"

@@ -43,6 +43,7 @@ class MicroBatch:
     temperature: torch.Tensor  # (B, T-1) the temperature each token was sampled at
     top_p: torch.Tensor  # (B, T-1) the nucleus each token was sampled from
     sampled: torch.Tensor  # (B, T-1) 1 where the token is a random draw (an importance ratio may use it)
+    names: torch.Tensor  # (B, T-1) 1 where the token writes a called tool's name (Sequence.names)
 
     @property
     def padded_tokens(self) -> int:
@@ -99,6 +100,7 @@ def micro_batch(batch: list[Sequence]) -> MicroBatch:
         temperature=torch.tensor(pad([s.temperatures[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
         top_p=torch.tensor(pad([s.top_ps[cut + 1 :] for s, cut in zip(batch, cuts)], 1.0, length - 1)),
         sampled=torch.tensor(pad([s.sampled[cut + 1 :] for s, cut in zip(batch, cuts)], 0, length - 1)).float(),
+        names=torch.tensor(pad([s.names[cut + 1 :] for s, cut in zip(batch, cuts)], 0, length - 1)).float(),
     )
 
 

@@ -83,6 +83,13 @@ class TrainConfig(BaseModel):
         "now; nll = -A log p, as if the policy had sampled it; none = not at all",
     )
     guidance_gamma: float = Field(default=0.1, gt=0, description="shaping's gamma")
+    name_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="SFT: the loss weight of the tokens that write a called tool's name (`toolformat.name_tokens`: "
+        "where an agent picks its next action; a handful among many copied tokens), the mean taken over the "
+        "weights; 1 = plain NLL",
+    )
     # optimisation
     ppo_epochs: int = Field(
         default=1, ge=1, description="optimizer passes over each RL batch (verl ppo_epochs, TRL num_iterations)"

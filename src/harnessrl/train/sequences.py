@@ -13,7 +13,7 @@ importance ratio against a greedy token or a demonstration.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from harnessrl.calltree import lineage_of
@@ -34,11 +34,13 @@ class Sequence:
     calls: list[int] = field(default_factory=list)  # indices of the calls merged here
     lineage: str = ""  # the conversation its calls belong to
     weight: float = 1.0  # multiplies its tokens' loss: 1 / segments when a chain's segments share the advantage
+    names: list[int] = field(default_factory=list)  # 1 on loss tokens that write a called tool's name (when asked)
 
     def __post_init__(self) -> None:  # built by hand without sampling details: samples at T = 1, no nucleus
         self.temperatures = self.temperatures or [1.0] * len(self.ids)
         self.top_ps = self.top_ps or [1.0] * len(self.ids)
         self.sampled = self.sampled or [1] * len(self.ids)
+        self.names = self.names or [0] * len(self.ids)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -48,19 +50,28 @@ class Sequence:
         return sum(self.loss_mask)
 
     @property
+    def name_tokens(self) -> int:
+        return sum(m and n for m, n in zip(self.loss_mask, self.names))
+
+    @property
     def sampled_loss_tokens(self) -> int:
         """Loss tokens an importance ratio may use (policy-gradient losses train on these only)."""
         return sum(m and s for m, s in zip(self.loss_mask, self.sampled))
 
 
 def episode_sequences(
-    episode: Episode, advantage: float = 0.0, mask_agents: Collection[str] = (), share: bool = False
+    episode: Episode,
+    advantage: float = 0.0,
+    mask_agents: Collection[str] = (),
+    share: bool = False,
+    names: Callable[[list[int]], list[int]] | None = None,
 ) -> list[Sequence]:
     """The training sequences of one episode, each carrying the episode's advantage.
 
     Completions of calls whose agent is in `mask_agents` carry no loss (e.g. "summariser": the
     ablation of trained self-summaries). `share`: the episode's sequences (the segments of a chain
-    cut by summaries or prunes) weigh 1 / their number each, so the episode weighs 1 in all."""
+    cut by summaries or prunes) weigh 1 / their number each, so the episode weighs 1 in all.
+    `names(completion_ids)` (`toolformat.name_tokens`) fills `Sequence.names`."""
     sequences: list[Sequence] = []
     for index, call in enumerate(episode.calls):
         lineage = lineage_of(call)
@@ -77,6 +88,7 @@ def episode_sequences(
         seq.temperatures += [1.0] * len(new_prompt) + [call.temperature] * len(call.completion_ids)
         seq.top_ps += [1.0] * len(new_prompt) + [call.top_p] * len(call.completion_ids)
         seq.sampled += [0] * len(new_prompt) + [int(call.sampled)] * len(call.completion_ids)
+        seq.names += [0] * len(new_prompt) + (names(call.completion_ids) if names else [0] * len(call.completion_ids))
         seq.calls.append(index)
     kept = [s for s in sequences if s.loss_tokens]
     for seq in kept if share else ():

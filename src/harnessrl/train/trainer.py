@@ -23,12 +23,14 @@ import random
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from harnessrl.policy import Policy
+from harnessrl.policy.toolformat import name_tokens
 from harnessrl.train import losses, precision
 from harnessrl.train.advantages import is_degenerate
 from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, prompt_length, tail_logprobs
@@ -145,7 +147,8 @@ class Trainer:
 
     def sft_step(self, episodes: list[Episode], extra: dict[str, float] | None = None) -> dict[str, float]:
         """One supervised update: negative log-likelihood of the sampled tokens, same masks as RL."""
-        sequences = [s for e in episodes for s in episode_sequences(e, 1.0, self.config.mask_agents)]
+        names = partial(name_tokens, self.tokenizer) if self.tokenizer is not None else None
+        sequences = [s for e in episodes for s in episode_sequences(e, 1.0, self.config.mask_agents, names=names)]
         return self._update(
             sequences, "sft", {"rollout/episodes": len(episodes), "rollout/sequences": len(sequences), **(extra or {})}
         )
@@ -214,6 +217,8 @@ class Trainer:
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
         num_tokens = sum(s.loss_tokens for s in sequences)  # RL: sampled or demonstrated (rl_step)
+        if not rl:  # SFT: the weighted mean
+            num_tokens += (cfg.name_weight - 1) * sum(s.name_tokens for s in sequences)
         return micro, prox, ref, len(sequences), num_tokens
 
     def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
@@ -226,7 +231,8 @@ class Trainer:
                 logp, entropy = tail_logprobs(self.model, mb, sampled=rl, with_entropy_grad=bool(bonus))  # (B, T-1)
             mask = mb.mask * mb.sampled if rl else mb.mask
             if not rl:
-                per_token, ratio, weight, kl = -logp, None, None, None
+                per_token, ratio, weight, kl = -logp * (1 + (cfg.name_weight - 1) * mb.names), None, None, None
+                stats.track("sft/name_p", logp.detach().exp(), mask * mb.names)
             else:
                 anchor = prox[i] if prox is not None else mb.behaviour
                 if cfg.loss == "ppo":
