@@ -20,6 +20,7 @@ from harnessrl.policy import Policy
 from harnessrl.rewards import Term, anneal_to_zero
 from harnessrl.rewards.parl import SwarmAlarms, parl_reward, swarm_metrics
 from harnessrl.train import TrainConfig, Trainer
+from harnessrl.train.sft import demonstration
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
@@ -34,7 +35,17 @@ SUMMARY = {  # the keys the main job writes
 }
 # every panel but policy/kl, which neither run logs
 PANELS = {"heldout", "success", "reward", "hacking", "entropy", "clip", "ratios"}
-PANELS |= {"staleness", "logprob_gap", "loss", "sft_loss", "swarm", "swarm_steps", "swarm_lambdas", "alarms"}
+PANELS |= {
+    "staleness",
+    "logprob_gap",
+    "loss",
+    "sft_loss",
+    "sft_names",
+    "swarm",
+    "swarm_steps",
+    "swarm_lambdas",
+    "alarms",
+}
 
 
 def _trainer(policy: Policy, folder: Path, **config) -> Trainer:
@@ -47,6 +58,8 @@ def _run_a(folder: Path) -> None:
     policy = Policy.load("tiny")
     try:
         demos = [e for g in sampled_groups(policy, seed=9) for e in g]
+        call = '<tool_call>{"name": "get_tide", "arguments": {"place": "Olmar"}}</tool_call>'
+        demos.append(demonstration(policy.tokenizer, [{"role": "user", "content": "Tide at Olmar?"}], call))
         _trainer(policy, folder / "sft").sft_step(demos)
         trainer = _trainer(policy, folder)
         reward, alarms = parl_reward(Term("perf", lambda e: 0.0), anneal_to_zero(0.1, 3)), SwarmAlarms()

@@ -65,6 +65,7 @@ PANELS = [
     Panel("kl", "KL to the initial weights", "KL", keys=("policy/kl",)),
     Panel("loss", "policy loss", "loss", keys=("loss/policy",)),
     Panel("sft_loss", "SFT loss", "loss", keys=("loss/sft",), phase="sft"),
+    Panel("sft_names", "SFT: probability of the demonstrated tool's name (where the agent decides)", "mean p of its tokens", keys=("sft/name_p",), phase="sft", only_when_logged=True),
     Panel("hops_success", "training batches: success by gold documents per task", "share", prefix="hops/success_", only_when_logged=True),
     Panel("hops_calls", "training batches: model calls per episode by gold documents per task", "calls", prefix="hops/calls_", only_when_logged=True),
     Panel("swarm", "swarm: delegation and completion", "share", keys=("swarm/spawn_rate", "swarm/finish_rate"), only_when_logged=True),
