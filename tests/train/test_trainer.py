@@ -399,6 +399,6 @@ def test_sft_weighs_the_tokens_naming_a_called_tool_and_reports_their_probabilit
     for weight in (1.0, 10.0):
         trainer = Trainer(copy.deepcopy(fresh_policy.model), tok, TrainConfig(name_weight=weight))
         metrics = trainer.sft_step([demo])
-        w = 1 + (weight - 1) * names.float()  # the weighted mean NLL, by hand
-        assert metrics["loss/sft"] == pytest.approx(float((-logp * w)[loss].sum() / w[loss].sum()), rel=1e-4)
+        w = 1 + (weight - 1) * names.float()  # the name tokens count `weight` times, over the plain count, by hand
+        assert metrics["loss/sft"] == pytest.approx(float((-logp * w)[loss].sum() / loss.sum()), rel=1e-4)
         assert metrics["sft/name_p"] == pytest.approx(float(logp[names].exp().mean()), rel=1e-4)

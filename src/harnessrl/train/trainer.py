@@ -217,8 +217,6 @@ class Trainer:
         prox = [self._logprobs(self.model, mb) for mb in micro] if rl and cfg.off_policy == "decoupled" else None
         ref = [self._logprobs(self.reference, mb) for mb in micro] if rl and self.reference is not None else None
         num_tokens = sum(s.loss_tokens for s in sequences)  # RL: sampled or demonstrated (rl_step)
-        if not rl:  # SFT: the weighted mean
-            num_tokens += (cfg.name_weight - 1) * sum(s.name_tokens for s in sequences)
         return micro, prox, ref, len(sequences), num_tokens
 
     def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
