@@ -86,9 +86,9 @@ class TrainConfig(BaseModel):
     name_weight: float = Field(
         default=1.0,
         ge=0,
-        description="SFT: the loss weight of the tokens that write a called tool's name (`toolformat.name_tokens`: "
-        "where an agent picks its next action; a handful among many copied tokens), the mean taken over the "
-        "weights; 1 = plain NLL",
+        description="SFT: each token that writes a called tool's name (`toolformat.name_tokens`: where an agent "
+        "picks its next action; a handful among many copied tokens) counts this many times in the loss, still "
+        "divided by the plain count of loss tokens; 1 = plain NLL",
     )
     # optimisation
     ppo_epochs: int = Field(

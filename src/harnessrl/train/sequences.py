@@ -50,10 +50,6 @@ class Sequence:
         return sum(self.loss_mask)
 
     @property
-    def name_tokens(self) -> int:
-        return sum(m and n for m, n in zip(self.loss_mask, self.names))
-
-    @property
     def sampled_loss_tokens(self) -> int:
         """Loss tokens an importance ratio may use (policy-gradient losses train on these only)."""
         return sum(m and s for m, s in zip(self.loss_mask, self.sampled))
