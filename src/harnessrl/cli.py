@@ -145,12 +145,33 @@ def probe(
     temperature: float = typer.Option(
         0.0, min=0.0, help="0: greedy; above 0: one seeded sample an item, as RL's rollouts draw (T = 1)"
     ),
+    decisions: Path | None = typer.Option(
+        None,
+        help="episodes (JSONL, e.g. a run's demos.jsonl): instead of the skills, the probability the model gives "
+        "each recorded call's tool name, per task family and call number",
+    ),
 ) -> None:
     """Copying / tool-use probe: accuracy per skill; the last line is one JSON object."""
     import json
 
     from harnessrl.eval import probe as probes
+    from harnessrl.types import Episode, TraceLineError, read_jsonl
 
+    if decisions is not None:
+        try:
+            episodes = read_jsonl(decisions, Episode)
+        except (TraceLineError, FileNotFoundError) as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+        policy = _load_policy(model, 0, tool_format=tool_format)
+        try:
+            found = probes.decisions(policy, episodes)
+        finally:
+            policy.close()
+        for key, row in found.items():
+            console.print(f"{key:>44}: p {row['p']:.3f}  n {row['n']}")
+        print(json.dumps(found))
+        return
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
         if record_grid:

@@ -1,11 +1,14 @@
 import json
 
-from harnessrl.eval.probe import _behind, context_grid, probe, record_grid, score
+import pytest
+
+from harnessrl.eval.probe import _behind, context_grid, decisions, probe, record_grid, score
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Mixture, render_item
 from harnessrl.policy.model import TINY_BASE
 from harnessrl.policy.sources import SHIPPED
 from harnessrl.policy.tiny import build_tokenizer
+from harnessrl.policy.toolformat import name_tokens
 
 # about half of what the shipped checkpoint (v5) scores on these 25 items per skill (copy 0.96, recall 0.88,
 # tool_args 1.00, record_field 0.24, question_call 1.00, entity_call 1.00, list_calls 0.48; greedy; the same
@@ -112,3 +115,39 @@ def test_the_context_grid_puts_the_same_items_behind_longer_conversations():
         policy.close()
     assert set(grid) == {f"{s} context={n}" for s in ("copy", "recall") for n in (0, 128)}
     assert grid["copy context=0"] >= 0.5  # no context: the plain probe's items (v5 copies 0.96 of them)
+
+
+def test_decisions_give_the_probability_of_each_recorded_tool_name_by_family_and_call(tmp_path):
+    import torch
+
+    from harnessrl.train.losses import token_logprobs
+    from harnessrl.train.sft import demonstration
+    from harnessrl.types import Task
+    from tests.conftest import cli
+
+    policy = Policy.load("tiny")
+    tok = policy.tokenizer
+    ask = [{"role": "user", "content": "Tide at Olmar?"}]
+    call = '<tool_call>{"name": "get_tide", "arguments": {"place": "Olmar"}}</tool_call>'
+    tagged = demonstration(tok, ask, call, task=Task(id="t", data={"family": "tides"}))
+    plain = demonstration(tok, ask, call, task=Task(id="u"))
+    text = demonstration(tok, ask, "Low at noon.", task=Task(id="v"))  # no call: no decision to read
+    try:
+        found = decisions(policy, [tagged, plain, text])
+        (recorded,) = tagged.calls
+        ids = torch.tensor([recorded.prompt_ids + recorded.completion_ids])
+        with torch.no_grad():
+            logp = token_logprobs(policy.model(ids).logits.float(), ids)[0][0, len(recorded.prompt_ids) - 1 :]
+        marks = torch.tensor(name_tokens(tok, recorded.completion_ids)).bool()
+    finally:
+        policy.close()
+    expected = float(logp[marks].sum().exp())  # every token of "get_tide", by hand
+    assert 0 < expected < 1
+    assert found == {
+        "all call 1 get_tide": {"p": pytest.approx(expected, rel=1e-5), "n": 1},
+        "tides call 1 get_tide": {"p": pytest.approx(expected, rel=1e-5), "n": 1},
+    }
+    path = tmp_path / "demos.jsonl"
+    path.write_text(tagged.to_json() + "\n" + plain.to_json()[:50] + "\n")
+    done = cli("probe", "--model", "tiny", "--decisions", path)
+    assert done.exit_code == 2 and "line 2" in done.stderr

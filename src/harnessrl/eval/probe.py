@@ -13,7 +13,8 @@ import json
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.mixture import SKILLS, Item, Mixture, with_history
-from harnessrl.policy.toolformat import ToolFormat
+from harnessrl.policy.toolformat import ToolFormat, name_tokens
+from harnessrl.types import Episode
 
 
 def score(item: Item, reply: str, fmt: ToolFormat | None = None) -> bool:
@@ -78,6 +79,33 @@ def _behind(policy: Policy, item: Item, filler: Mixture, length: int) -> Item:
         tokens += len(policy.encode(policy.render(exchange, None, generation_prompt=False)))
         history += exchange
     return with_history(item, history)
+
+
+def decisions(policy: Policy, episodes: list[Episode]) -> dict[str, dict[str, float]]:
+    """How surely the model takes each recorded action: the probability it gives the tool name of each
+    call's (first) tool call, all the name's tokens, teacher-forced on the recorded prompt; per
+    "FAMILY call K NAME" (the task's `family`, or "all"; K counts the episode's calls from 1), the mean
+    and the count, in name order. On an agent's own demonstrations, a choice the model has not learnt
+    to make (a question word it does not read) sits near a coin flip while the SFT loss looks converged."""
+    import torch
+
+    from harnessrl.train.losses import token_logprobs
+
+    found: dict[str, list[float]] = {}
+    for episode in episodes:
+        family = str(episode.task.data.get("family") or "all")
+        for number, call in enumerate(episode.calls, 1):
+            marks = name_tokens(policy.tokenizer, call.completion_ids)
+            if 1 not in marks:
+                continue
+            first = marks.index(1)
+            end = next((i for i in range(first, len(marks)) if not marks[i]), len(marks))
+            ids = torch.tensor([call.prompt_ids + call.completion_ids])
+            with torch.no_grad():
+                logp = token_logprobs(policy.model(ids).logits.float(), ids)[0][0, len(call.prompt_ids) - 1 :]
+            name = policy.decode(call.completion_ids[first:end])
+            found.setdefault(f"{family} call {number} {name}", []).append(float(logp[first:end].sum().exp()))
+    return {key: {"p": sum(ps) / len(ps), "n": len(ps)} for key, ps in sorted(found.items())}
 
 
 def _accuracy(
