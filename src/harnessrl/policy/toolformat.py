@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,12 +124,16 @@ _CALL_NAME = re.compile(r'(?:^|[^:,\[\s])\s*\{\s*"name"\s*:\s*"([^"]*)"')
 def name_tokens(tokenizer, ids: list[int]) -> list[int]:
     """1 on the tokens of a reply (`ids`) that write a tool call's tool name, 0 elsewhere: where an agent
     picks its next action (search again, or answer), the few tokens an episode branches on."""
-    text = tokenizer.decode(ids)
-    spans = [m.span(1) for m in _CALL_NAME.finditer(text)]
-    if not spans:
-        return [0] * len(ids)
-    ends = [len(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))]
-    return [int(any(s < b and a < e for a, b in spans)) for s, e in zip([0, *ends[:-1]], ends)]
+    marks, tokens = [0] * len(ids), range(len(ids))
+
+    def end(i: int) -> int:  # where token i's text ends
+        return len(tokenizer.decode(ids[: i + 1]))
+
+    for m in _CALL_NAME.finditer(tokenizer.decode(ids)):
+        a, b = m.span(1)  # from the first token ending past a to the first reaching b, bisected: O(n log n)
+        for i in range(bisect_right(tokens, a, key=end), min(bisect_left(tokens, b, key=end) + 1, len(ids))):
+            marks[i] = 1
+    return marks
 
 
 def guess_format(chat_template: str) -> str:
