@@ -100,7 +100,7 @@ def decisions(policy: Policy, episodes: list[Episode]) -> dict[str, dict[str, fl
                 continue
             first = marks.index(1)
             end = next((i for i in range(first, len(marks)) if not marks[i]), len(marks))
-            ids = torch.tensor([call.prompt_ids + call.completion_ids])
+            ids = torch.tensor([call.prompt_ids + call.completion_ids], device=policy.model.device)
             with torch.no_grad():
                 logp = token_logprobs(policy.model(ids).logits.float(), ids)[0][0, len(call.prompt_ids) - 1 :]
             name = policy.decode(call.completion_ids[first:end])

@@ -34,7 +34,7 @@ class Sequence:
     calls: list[int] = field(default_factory=list)  # indices of the calls merged here
     lineage: str = ""  # the conversation its calls belong to
     weight: float = 1.0  # multiplies its tokens' loss: 1 / segments when a chain's segments share the advantage
-    names: list[int] = field(default_factory=list)  # 1 on loss tokens that write a called tool's name (when asked)
+    names: list[int] = field(default_factory=list)  # 1 on completion tokens that write a called tool's name (if asked)
 
     def __post_init__(self) -> None:  # built by hand without sampling details: samples at T = 1, no nucleus
         self.temperatures = self.temperatures or [1.0] * len(self.ids)
