@@ -157,24 +157,18 @@ def probe(
     from harnessrl.eval import probe as probes
     from harnessrl.types import Episode, TraceLineError, read_jsonl
 
+    episodes = None
     if decisions is not None:
         try:
             episodes = read_jsonl(decisions, Episode)
         except (TraceLineError, FileNotFoundError) as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
-        policy = _load_policy(model, 0, tool_format=tool_format)
-        try:
-            found = probes.decisions(policy, episodes)
-        finally:
-            policy.close()
-        for key, row in found.items():
-            console.print(f"{key:>44}: p {row['p']:.3f}  n {row['n']}")
-        print(json.dumps(found))
-        return
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
-        if record_grid:
+        if episodes is not None:
+            found = probes.decisions(policy, episodes)
+        elif record_grid:
             scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)
         elif context:
             try:
@@ -188,6 +182,11 @@ def probe(
             scores = probes.probe(policy, items_per_skill=items, seed=seed, temperature=temperature)
     finally:
         policy.close()
+    if episodes is not None:
+        for key, row in found.items():
+            console.print(f"{key:>44}: p {row['p']:.3f}  n {row['n']}")
+        print(json.dumps(found))
+        return
     for skill, accuracy in scores.items():
         console.print(f"{skill:>22}: {accuracy:.3f}")
     print(json.dumps(scores))

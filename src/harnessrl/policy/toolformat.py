@@ -118,6 +118,7 @@ def tool_format(name: str) -> ToolFormat:
 
 
 # a call object's "name" in either format; an argument called "name" follows a ":", "," or "[", a call never does
+# (not `ToolFormat.split`: the trainer needs character offsets and does not know the policy's format)
 _CALL_NAME = re.compile(r'(?:^|[^:,\[\s])\s*\{\s*"name"\s*:\s*"([^"]*)"')
 
 
