@@ -62,6 +62,8 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
     assert summary["peak_memory_mb"] > 100  # a torch process holding a model
     assert summary["training_trend"] == {"updates": 1, "window": 0, "alarms": []}  # too few updates to compare
     low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
+    low_greedy, high_greedy = summary["heldout_gain_ci_greedy"]  # the same of the greedy episodes
+    assert -1 <= low_greedy <= high_greedy <= 1 and isinstance(summary["heldout_alarms"], list)
     assert sum(summary["error_classes_before"].values()) == sum(summary["error_classes_after"].values()) == 2
     assert -1 <= low <= high <= 1
     by_docs = summary["heldout_by_gold_docs"]  # sampled success and calls by the tasks' number of gold documents
@@ -138,11 +140,46 @@ def test_when_validation_keeps_the_warm_start_its_eval_stands_for_the_eval_after
     assert done.exit_code == 0, done.output[-3000:]
     out = tmp_path / "run"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["chosen_update"] == 0 and summary["heldout_gain_ci"] == [0.0, 0.0]
+    assert summary["chosen_update"] == 0 and summary["heldout_gain_ci"] == summary["heldout_gain_ci_greedy"] == [
+        0.0,
+        0.0,
+    ]
+    assert summary["heldout_alarms"] == []
     assert summary["heldout_success_after"] == summary["heldout_success_before"]
     for suffix in (".json", ".jsonl", "_greedy.jsonl"):
         assert (out / f"eval_after{suffix}").read_bytes() == (out / f"eval_before{suffix}").read_bytes()
     assert summary["error_classes_after"] == summary["error_classes_before"]
+
+
+def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
+    """Paired by task: 12 tasks all answered before; after RL, 10 end in a malformed call. Sampled and greedy
+    success fall and the malformed share rises beyond noise; the same episodes before and after raise nothing."""
+    from harnessrl.envs.search.data import Doc
+    from harnessrl.types import Call, Outcome
+
+    documents = {"d": Doc(id="d", text="Lisa Brown was born in 1970.")}
+
+    def episode(task: int, ok: bool) -> Episode:
+        error = None if ok else "tool call 0: bad JSON: Expecting ',' delimiter at char 41"
+        call = Call(
+            prompt_ids=[1], completion_ids=[2], sampled_logprobs=[-0.1], policy_version=0, tool_call_error=error
+        )
+        outcome = Outcome(answer="1970", success=True, info={"doc_ids": ["d"]}) if ok else Outcome(success=False)
+        task = Task(id=f"t{task}", prompt="In which year was Lisa Brown born?", data={"gold_doc_ids": ["d"]})
+        return Episode(task=task, calls=[call], outcome=outcome, status="finished")
+
+    before = [episode(t, True) for t in range(12) for _ in range(2)]
+    after = [episode(t, t < 2) for t in range(12) for _ in range(2)]
+    held, greedy = {"before": before, "after": after}, {"before": before[::2], "after": after[::2]}
+    assert main._heldout_alarms(held, greedy, documents) == [
+        "sampled_falling",
+        "greedy_falling",
+        "malformed_call_rising",
+    ]
+    same = {"before": before, "after": before}
+    assert main._heldout_alarms(same, same, documents) == []
+    low, high = main._gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
+    assert low == -1.0 and low < -10 / 12 < high < 0
 
 
 def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):

@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import AutoModelForCausalLM
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
-from harnessrl.envs.search.errors import error_class
+from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
 from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_family, group_by_gold_docs, policy_draws
@@ -155,6 +155,8 @@ class _Job:
             await self.gateway.aclose()
             self.policy.close()
         held = {when: read_jsonl(self.out / f"eval_{when}.jsonl", Episode) for when in ("before", "after")}
+        greedy_held = {w: read_jsonl(self.out / f"eval_{w}_greedy.jsonl", Episode) for w in ("before", "after")}
+        documents = {d.id: d for d in docs}
         summary = {
             "heldout_tasks": len(test),
             "heldout_success_before": before["sampled"],
@@ -162,9 +164,11 @@ class _Job:
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
             "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
+            "heldout_gain_ci_greedy": _gain_ci(greedy_held["before"], greedy_held["after"]),
+            "heldout_alarms": _heldout_alarms(held, greedy_held, documents),
             "heldout_by_gold_docs": _heldout_by(held, group_by_gold_docs),
             "heldout_by_family": _heldout_by(held, group_by_family),
-            **{f"error_classes_{when}": _error_classes(episodes, docs) for when, episodes in held.items()},
+            **{f"error_classes_{when}": _error_classes(episodes, documents) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": config.rl.updates,
             "training_trend": training_trend(out / "metrics.jsonl"),
@@ -177,6 +181,8 @@ class _Job:
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         for alarm in summary["training_trend"]["alarms"]:  # found, to be explained: never averaged away
             log.warning("training alarm: %s over RL (summary.json's training_trend; rewards.png)", alarm)
+        for alarm in summary["heldout_alarms"]:
+            log.warning("held-out alarm: %s after RL, beyond noise (summary.json's heldout_alarms)", alarm)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
         plot_heldout(summary, out / "heldout.png")
@@ -366,19 +372,31 @@ def _succeeded(e: Episode) -> bool:
     return bool(e.outcome and e.outcome.success)
 
 
-def _gain_ci(before: list[Episode], after: list[Episode]) -> list[float]:
-    """95 % percentile-bootstrap interval of the RL gain in sampled success, paired by task: each task's
-    mean over its repeats after RL minus before, resampled over tasks."""
+def _gain_ci(before: list[Episode], after: list[Episode], hit=_succeeded) -> list[float]:
+    """95 % percentile-bootstrap interval of the RL gain in the share of episodes that `hit` (success by
+    default), paired by task: each task's mean over its repeats after RL minus before, resampled over tasks."""
 
     def per_task(episodes: list[Episode]) -> dict[str, float]:
         wins: dict[str, list[bool]] = {}
         for e in episodes:
-            wins.setdefault(e.task.id, []).append(_succeeded(e))
+            wins.setdefault(e.task.id, []).append(hit(e))
         return {task: sum(w) / len(w) for task, w in wins.items()}
 
     b, a = per_task(before), per_task(after)
     low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
     return [round(low, 4), round(high, 4)]
+
+
+def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episode]], documents) -> list[str]:
+    """What RL made worse on the held-out tasks beyond noise (the paired interval wholly on the bad side):
+    `sampled_falling` / `greedy_falling` (success), `CLASS_rising` (the share of sampled episodes in a
+    failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide either."""
+    alarms = [f"{name}_falling" for name, eps in (("sampled", held), ("greedy", greedy))
+              if _gain_ci(eps["before"], eps["after"])[1] < 0]  # fmt: skip
+    for name in ERROR_CLASSES[1:]:  # every class but ok
+        if _gain_ci(held["before"], held["after"], lambda e, name=name: error_class(e, documents) == name)[0] > 0:
+            alarms.append(f"{name}_rising")
+    return alarms
 
 
 def _heldout_by(held: dict[str, list[Episode]], group) -> dict[str, dict]:
@@ -418,9 +436,8 @@ def _rare_per_1k(episodes: list[Episode]) -> float:
     return round(1000 * sum(lp < RARE for lp in drawn) / max(1, len(drawn)), 2)
 
 
-def _error_classes(episodes: list[Episode], docs) -> dict[str, int]:
+def _error_classes(episodes: list[Episode], documents) -> dict[str, int]:
     """Sampled held-out episodes per error class (envs/search/errors.py), most frequent first."""
-    documents = {d.id: d for d in docs}
     counts = Counter(error_class(e, documents) for e in episodes)
     return dict(counts.most_common())
 
