@@ -152,8 +152,9 @@ def test_when_validation_keeps_the_warm_start_its_eval_stands_for_the_eval_after
 
 
 def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
-    """Paired by task: 12 tasks all answered before; after RL, 10 end in a malformed call. Sampled and greedy
-    success fall and the malformed share rises beyond noise; the same episodes before and after raise nothing."""
+    """Paired by task: 12 tasks (6 of each family) all answered before; after RL, 10 end in a malformed call.
+    Sampled and greedy success fall, each family's too, and the malformed share rises beyond noise; where
+    only one family falls, it is the only family named; the same episodes before and after raise nothing."""
     from harnessrl.envs.search.data import Doc
     from harnessrl.types import Call, Outcome
 
@@ -165,18 +166,23 @@ def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
             prompt_ids=[1], completion_ids=[2], sampled_logprobs=[-0.1], policy_version=0, tool_call_error=error
         )
         outcome = Outcome(answer="1970", success=True, info={"doc_ids": ["d"]}) if ok else Outcome(success=False)
-        task = Task(id=f"t{task}", prompt="In which year was Lisa Brown born?", data={"gold_doc_ids": ["d"]})
-        return Episode(task=task, calls=[call], outcome=outcome, status="finished")
+        data = {"gold_doc_ids": ["d"], "family": "birth_year" if task < 6 else "occupation"}
+        return Episode(
+            task=Task(id=f"t{task}", prompt="?", data=data), calls=[call], outcome=outcome, status="finished"
+        )
 
     before = [episode(t, True) for t in range(12) for _ in range(2)]
     after = [episode(t, t < 2) for t in range(12) for _ in range(2)]
     held, greedy = {"before": before, "after": after}, {"before": before[::2], "after": after[::2]}
-    assert main._heldout_alarms(held, greedy, documents) == [
+    falling = ["sampled_falling", "greedy_falling", "birth_year_falling", "occupation_falling"]
+    assert main._heldout_alarms(held, greedy, documents) == [*falling, "malformed_call_rising"]
+    same = {"before": before, "after": before}
+    one = {"before": before, "after": before[:12] + after[12:]}  # birth_year kept, occupation lost
+    assert main._heldout_alarms(one, same, documents) == [
         "sampled_falling",
-        "greedy_falling",
+        "occupation_falling",
         "malformed_call_rising",
     ]
-    same = {"before": before, "after": before}
     assert main._heldout_alarms(same, same, documents) == []
     low, high = main._gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
     assert low == -1.0 and low < -10 / 12 < high < 0
