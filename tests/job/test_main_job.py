@@ -140,11 +140,8 @@ def test_when_validation_keeps_the_warm_start_its_eval_stands_for_the_eval_after
     assert done.exit_code == 0, done.output[-3000:]
     out = tmp_path / "run"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["chosen_update"] == 0 and summary["heldout_gain_ci"] == summary["heldout_gain_ci_greedy"] == [
-        0.0,
-        0.0,
-    ]
-    assert summary["heldout_alarms"] == []
+    assert summary["chosen_update"] == 0 and summary["heldout_alarms"] == []
+    assert summary["heldout_gain_ci"] == summary["heldout_gain_ci_greedy"] == [0.0, 0.0]
     assert summary["heldout_success_after"] == summary["heldout_success_before"]
     for suffix in (".json", ".jsonl", "_greedy.jsonl"):
         assert (out / f"eval_after{suffix}").read_bytes() == (out / f"eval_before{suffix}").read_bytes()
@@ -184,6 +181,9 @@ def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
         "malformed_call_rising",
     ]
     assert main._heldout_alarms(same, same, documents) == []
+    kept = [*range(4), *range(6, 12)]  # birth_year's 4 tasks all lost, occupation's 6 kept: 4 are too few to name
+    small = {"before": [episode(t, True) for t in kept], "after": [episode(t, t >= 4) for t in kept]}
+    assert main._heldout_alarms(small, same, documents) == ["sampled_falling", "malformed_call_rising"]
     low, high = main._gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
     assert low == -1.0 and low < -10 / 12 < high < 0
 

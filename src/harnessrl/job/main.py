@@ -387,16 +387,21 @@ def _gain_ci(before: list[Episode], after: list[Episode], hit=_succeeded) -> lis
     return [round(low, 4), round(high, 4)]
 
 
+ALARM_MIN_TASKS = 5
+
+
 def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episode]], documents) -> list[str]:
     """What RL made worse on the held-out tasks beyond noise (the paired interval wholly on the bad side):
     `sampled_falling` / `greedy_falling` (success), `FAMILY_falling` (sampled success of the tasks of one
     family, e.g. `birth_year_falling`: the hop trade), `CLASS_rising` (the share of sampled episodes in a
-    failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each."""
+    failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each. A family
+    of fewer than `ALARM_MIN_TASKS` tasks is too small to call: resampling two tasks that both fell cannot say so."""
     alarms = [f"{name}_falling" for name, eps in (("sampled", held), ("greedy", greedy))
               if _gain_ci(eps["before"], eps["after"])[1] < 0]  # fmt: skip
     after = group_by_family(held["after"])
     for family, before in group_by_family(held["before"]).items():
-        if _gain_ci(before, after.get(family, []))[1] < 0:
+        tasks = len({e.task.id for e in before})
+        if tasks >= ALARM_MIN_TASKS and family in after and _gain_ci(before, after[family])[1] < 0:
             alarms.append(f"{family}_falling")
     for name in ERROR_CLASSES[1:]:  # every class but ok
         if _gain_ci(held["before"], held["after"], lambda e, name=name: error_class(e, documents) == name)[0] > 0:
