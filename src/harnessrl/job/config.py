@@ -40,7 +40,7 @@ class AgentConfig(_Strict):
 
 class SFTConfig(_Strict):
     # 230 steps of 8 (since 2026-12-05; before: 120, and 50 of 16 before 2026-12-04): the warm start is better and RL
-    # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; README, "The job with twice the SFT steps"),
+    # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; README, "The default since 2026-12-05"),
     # for ~170 s more SFT
     steps: int = Field(default=230, ge=0, description="0 skips the warm start")
     batch_episodes: int = 8

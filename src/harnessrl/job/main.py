@@ -403,8 +403,9 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
         tasks = len({e.task.id for e in before})
         if tasks >= ALARM_MIN_TASKS and family in after and _gain_ci(before, after[family])[1] < 0:
             alarms.append(f"{family}_falling")
+    classes = {id(e): error_class(e, documents) for episodes in held.values() for e in episodes}  # once each
     for name in ERROR_CLASSES[1:]:  # every class but ok
-        if _gain_ci(held["before"], held["after"], lambda e, name=name: error_class(e, documents) == name)[0] > 0:
+        if _gain_ci(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name)[0] > 0:
             alarms.append(f"{name}_rising")
     return alarms
 
