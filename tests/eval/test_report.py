@@ -31,6 +31,9 @@ SUMMARY = {  # the keys the main job writes
     "heldout_success_greedy_before": 0.25,
     "heldout_success_greedy_after": 0.75,
     "rl_updates": 3,
+    "heldout_gain_ci": [-0.0795, 0.20451],
+    "heldout_alarms": ["birth_year_falling", "greedy_falling"],
+    "training_trend": {"alarms": []},
     "phase_seconds": {"sft": 1.5, "rl": 2.0},
 }
 # every panel but policy/kl, which neither run logs
@@ -110,6 +113,9 @@ def test_two_runs_make_one_page_whose_images_all_load_in_chromium(runs, tmp_path
     cells = "<td>{}</td><td>{}</td><td>{}</td>"
     assert cells.format("heldout_success_greedy_after", 0.75, "&mdash;") in text
     assert cells.format("phase_seconds.rl", 2, "&mdash;") in text
+    assert cells.format("heldout_gain_ci", "[-0.0795, 0.2045]", "&mdash;") in text
+    assert cells.format("heldout_alarms", "birth_year_falling, greedy_falling", "&mdash;") in text
+    assert cells.format("training_trend.alarms", "none", "&mdash;") in text
     assert cells.format("RL updates", 3, 3) in text
     assert cells.format("SFT updates", 1, 0) in text  # a's from sft/metrics.jsonl
     assert "policy/is_weight_mean" in text and "hacking/repetition" in text  # b's, a's

@@ -268,6 +268,10 @@ def _first_last(rows: list[dict[str, Any]], key: str) -> tuple[Any, Any]:
 def _cell(value: Any) -> str:
     if value is None:
         return "&mdash;"
+    if isinstance(value, list):  # names (heldout_alarms; [] = none raised) or an interval [low, high]
+        if all(isinstance(v, str) for v in value):
+            return html.escape(", ".join(value)) if value else "none"
+        return "[" + ", ".join(map(_cell, value)) + "]"
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.4g}"
     return html.escape(str(value))
