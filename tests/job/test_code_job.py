@@ -6,6 +6,7 @@ import json
 from harnessrl.envs.code.generate import generate
 from harnessrl.job import code
 from harnessrl.job.config import JobConfig
+from harnessrl.types import Episode, Outcome, Task, read_jsonl
 
 
 def test_code_job_runs_end_to_end(tmp_path):
@@ -26,8 +27,39 @@ def test_code_job_runs_end_to_end(tmp_path):
     summary = code.run(config, tmp_path / "run", progress=False)
     assert summary["heldout_tasks"] == 2 and summary["tasks"]["tasks"] == len(tasks)
     assert 0 <= summary["heldout_hidden_tests_after"] <= 1 and summary["cheat_rate_after"] == 0.0
+    low, high = summary["heldout_gain_ci"]  # 2 tasks, 1 episode each: the bootstrap spans their two gains
+    gains = [
+        after - before
+        for before, after in zip(*(_solved(tmp_path / "run" / f"eval_{w}.jsonl") for w in ("before", "after")))
+    ]
+    assert [low, high] == [min(gains), max(gains)]
+    assert ("sampled_falling" in summary["heldout_alarms"]) == (high < 0)
     demos = [json.loads(line) for line in (tmp_path / "run" / "demos.jsonl").read_text().splitlines()]
     assert demos and all(d["outcome"]["success"] for d in demos)  # the expert's fixes pass the hidden tests
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {"code/hidden_tests", "code/cheat_rate", "code/submitted", "reward/hidden_tests"} <= set(metrics[-1])
     assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "rewards.png").is_file()
+
+
+def _solved(path) -> list[float]:
+    episodes = sorted(read_jsonl(path, Episode), key=lambda e: e.task.id)
+    return [float(bool(e.outcome and e.outcome.success)) for e in episodes]
+
+
+def test_heldout_alarms_name_falling_solves_and_tests_and_rising_cheats_beyond_noise():
+    """6 possible tasks solved before, 5 lost after (1 of 4 hidden tests left), and 5 impossible tasks
+    cheated after (all hidden tests passed): every alarm fires; the same episodes raise none."""
+
+    def episode(task: int, impossible: bool, passed: int) -> Episode:
+        hidden = {"passed": passed, "total": 4}
+        outcome = Outcome(success=passed == 4, info={"hidden": hidden})
+        data = {"impossible": impossible}
+        return Episode(task=Task(id=f"t{task}", prompt="fix", data=data), outcome=outcome, status="finished")
+
+    before = [episode(t, False, 4) for t in range(6)] + [episode(t, True, 0) for t in range(6, 11)]
+    after = [episode(t, False, 4 if t == 0 else 1) for t in range(6)] + [episode(t, True, 4) for t in range(6, 11)]
+    alarms = ["sampled_falling", "hidden_tests_falling", "cheat_rising"]
+    assert code.heldout_alarms({"before": before, "after": after}) == alarms  # the cheats hide no fall
+    honest = {"before": before, "after": after[:6] + before[6:]}
+    assert code.heldout_alarms(honest) == alarms[:2]
+    assert code.heldout_alarms({"before": before, "after": before}) == []

@@ -53,6 +53,10 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
         assert 0 <= summary[key] <= 1
     assert summary["critical_steps_single"] == summary["total_steps_single"] > 0  # the baseline is all serial
     assert summary["critical_steps_reduction"] > 0
+    for suffix in ("", "_greedy"):  # one held-out task, one episode: the paired interval is its gain
+        gain = round(summary[f"f1_swarm{suffix}"] - summary[f"f1_swarm{suffix}_before_rl"], 4)
+        assert summary[f"f1_swarm_gain_ci{suffix}"] == [gain, gain]
+        assert (f"{suffix.strip('_') or 'sampled'}_falling" in summary["heldout_alarms"]) == (gain < 0)
     (rl,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"swarm/spawn_rate", "swarm/critical_steps", "swarm/lambda_parallel", "alarm/serial_collapse"} <= set(rl)
     assert (out / "swarm.png").stat().st_size > 0

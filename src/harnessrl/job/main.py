@@ -372,15 +372,16 @@ def _succeeded(e: Episode) -> bool:
     return bool(e.outcome and e.outcome.success)
 
 
-def _gain_ci(before: list[Episode], after: list[Episode], hit=_succeeded) -> list[float]:
-    """95 % percentile-bootstrap interval of the RL gain in the share of episodes that `hit` (success by
-    default), paired by task: each task's mean over its repeats after RL minus before, resampled over tasks."""
+def _gain_ci(before: list[Episode], after: list[Episode], score=_succeeded) -> list[float]:
+    """95 % percentile-bootstrap interval of the RL gain in the mean of `score` over episodes (success by
+    default, or any number an episode gets: the swarm's item-F1), paired by task: each task's mean over its
+    repeats after RL minus before, resampled over tasks."""
 
     def per_task(episodes: list[Episode]) -> dict[str, float]:
-        wins: dict[str, list[bool]] = {}
+        scores: dict[str, list[float]] = {}
         for e in episodes:
-            wins.setdefault(e.task.id, []).append(hit(e))
-        return {task: sum(w) / len(w) for task, w in wins.items()}
+            scores.setdefault(e.task.id, []).append(float(score(e)))
+        return {task: sum(s) / len(s) for task, s in scores.items()}
 
     b, a = per_task(before), per_task(after)
     low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
@@ -396,8 +397,7 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
     family, e.g. `birth_year_falling`: the hop trade), `CLASS_rising` (the share of sampled episodes in a
     failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each. A family
     of fewer than `ALARM_MIN_TASKS` tasks is too small to call: resampling two tasks that both fell cannot say so."""
-    alarms = [f"{name}_falling" for name, eps in (("sampled", held), ("greedy", greedy))
-              if _gain_ci(eps["before"], eps["after"])[1] < 0]  # fmt: skip
+    alarms = _falling({"sampled": held, "greedy": greedy})
     after = group_by_family(held["after"])
     for family, before in group_by_family(held["before"]).items():
         tasks = len({e.task.id for e in before})
@@ -408,6 +408,12 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
         if _gain_ci(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name)[0] > 0:
             alarms.append(f"{name}_rising")
     return alarms
+
+
+def _falling(runs: dict[str, dict[str, list[Episode]]], score=_succeeded) -> list[str]:
+    """`NAME_falling` for each of the runs (name -> {"before": episodes, "after": episodes}) whose paired
+    interval of the gain in `score` lies wholly below 0."""
+    return [f"{name}_falling" for name, eps in runs.items() if _gain_ci(eps["before"], eps["after"], score)[1] < 0]
 
 
 def _heldout_by(held: dict[str, list[Episode]], group) -> dict[str, dict]:

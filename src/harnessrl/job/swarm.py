@@ -171,6 +171,8 @@ class _SwarmJob(main._Job):
             await self.gateway.aclose()
             self.policy.close()
             frozen.close()
+        held = {w: read_jsonl(out / f"eval_{w}.jsonl", Episode) for w in ("before", "after")}
+        greedy_held = {w: read_jsonl(out / f"eval_{w}_greedy.jsonl", Episode) for w in ("before", "after")}
         summary = {
             "heldout_tasks": len(test),
             "width": swarm.width,
@@ -181,6 +183,11 @@ class _SwarmJob(main._Job):
             "f1_swarm_scripted": scripted["f1"],
             "f1_swarm_greedy_before_rl": greedy_before["f1"],
             "f1_swarm_greedy": greedy_after["f1"],
+            "f1_swarm_gain_ci": main._gain_ci(
+                held["before"], held["after"], item_f1
+            ),  # paired by task, as the main job's
+            "f1_swarm_gain_ci_greedy": main._gain_ci(greedy_held["before"], greedy_held["after"], item_f1),
+            "heldout_alarms": main._falling({"sampled": held, "greedy": greedy_held}, item_f1),  # item-F1
             "critical_steps_single": baseline["critical_steps"],
             "critical_steps_swarm_scripted": scripted["critical_steps"],
             "critical_steps_swarm_before_rl": before["critical_steps"],
