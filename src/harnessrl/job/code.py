@@ -145,6 +145,7 @@ class _CodeJob(main._Job):
             "phase_seconds": self.seconds,
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        main.warn_heldout_alarms(summary)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
         return summary

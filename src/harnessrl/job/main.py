@@ -181,8 +181,7 @@ class _Job:
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         for alarm in summary["training_trend"]["alarms"]:  # found, to be explained: never averaged away
             log.warning("training alarm: %s over RL (summary.json's training_trend; rewards.png)", alarm)
-        for alarm in summary["heldout_alarms"]:
-            log.warning("held-out alarm: %s after RL, beyond noise (summary.json's heldout_alarms)", alarm)
+        warn_heldout_alarms(summary)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
         plot_heldout(summary, out / "heldout.png")
@@ -408,6 +407,11 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
         if _gain_ci(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name)[0] > 0:
             alarms.append(f"{name}_rising")
     return alarms
+
+
+def warn_heldout_alarms(summary: dict) -> None:
+    for alarm in summary["heldout_alarms"]:  # found, to be explained: never averaged away
+        log.warning("held-out alarm: %s after RL, beyond noise (summary.json's heldout_alarms)", alarm)
 
 
 def _falling(runs: dict[str, dict[str, list[Episode]]], score=_succeeded) -> list[str]:

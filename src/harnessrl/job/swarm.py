@@ -205,6 +205,7 @@ class _SwarmJob(main._Job):
             "phase_seconds": self.seconds,
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        main.warn_heldout_alarms(summary)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
             rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
