@@ -183,9 +183,7 @@ class _SwarmJob(main._Job):
             "f1_swarm_scripted": scripted["f1"],
             "f1_swarm_greedy_before_rl": greedy_before["f1"],
             "f1_swarm_greedy": greedy_after["f1"],
-            "f1_swarm_gain_ci": main._gain_ci(
-                held["before"], held["after"], item_f1
-            ),  # paired by task, as the main job's
+            "f1_swarm_gain_ci": main._gain_ci(held["before"], held["after"], item_f1),  # paired by task
             "f1_swarm_gain_ci_greedy": main._gain_ci(greedy_held["before"], greedy_held["after"], item_f1),
             "heldout_alarms": main._falling({"sampled": held, "greedy": greedy_held}, item_f1),  # item-F1
             "critical_steps_single": baseline["critical_steps"],
