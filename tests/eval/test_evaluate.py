@@ -13,6 +13,7 @@ from harnessrl.eval.evaluate import (
     by_rare_draws,
     critical_steps,
     episode_metrics,
+    permutation_p,
     rare_draws,
     resolve_checkpoint,
     summarize,
@@ -225,6 +226,15 @@ def test_bootstrap_interval_by_hand_and_tasks_resampled_whole():
     # task means .5 and 1: a resample draws whole tasks, never single episodes
     summary = summarize(task("a", 1.0, 0.0) + task("b", 1.0, 1.0))
     assert summary["success"] == {"mean": 0.75, "low": 0.5, "high": 1.0}
+
+
+def test_permutation_p_by_hand():
+    # 4 tasks from 2 of 2 to 0 of 2: each task's two successes both land before in 1 of 6 relabellings
+    assert permutation_p([[1, 1]] * 4, [[0, 0]] * 4, resamples=20000) == pytest.approx(6**-4, abs=4e-4)
+    assert permutation_p([[1, 1]] * 4, [[1, 1]] * 4) == 1.0  # nothing changed: every relabelling ties
+    # 4 tasks from 2 of 2 to 1 of 2: the failure lands after in half the relabellings, each task alike
+    assert permutation_p([[1, 1]] * 4, [[1, 0]] * 4, resamples=20000) == pytest.approx(2**-4, abs=0.01)
+    assert permutation_p([[0, 0]] * 4, [[1, 1]] * 4) == 1.0  # a rise is no fall
 
 
 async def test_a_failed_episode_scores_the_failure_reward(policy):

@@ -33,7 +33,7 @@ def test_code_job_runs_end_to_end(tmp_path):
         for before, after in zip(*(_solved(tmp_path / "run" / f"eval_{w}.jsonl") for w in ("before", "after")))
     ]
     assert [low, high] == [min(gains), max(gains)]
-    assert ("sampled_falling" in summary["heldout_alarms"]) == (high < 0)
+    assert summary["heldout_alarms"] == []  # 2 tasks of 1 episode: no fall can be told from noise
     demos = [json.loads(line) for line in (tmp_path / "run" / "demos.jsonl").read_text().splitlines()]
     assert demos and all(d["outcome"]["success"] for d in demos)  # the expert's fixes pass the hidden tests
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -47,7 +47,7 @@ def _solved(path) -> list[float]:
 
 
 def test_heldout_alarms_name_falling_solves_and_tests_and_rising_cheats_beyond_noise():
-    """6 possible tasks solved before, 5 lost after (1 of 4 hidden tests left), and 5 impossible tasks
+    """8 possible tasks solved before, 7 lost after (1 of 4 hidden tests left), and 7 impossible tasks
     cheated after (all hidden tests passed): every alarm fires; the same episodes raise none."""
 
     def episode(task: int, impossible: bool, passed: int) -> Episode:
@@ -56,10 +56,10 @@ def test_heldout_alarms_name_falling_solves_and_tests_and_rising_cheats_beyond_n
         data = {"impossible": impossible}
         return Episode(task=Task(id=f"t{task}", prompt="fix", data=data), outcome=outcome, status="finished")
 
-    before = [episode(t, False, 4) for t in range(6)] + [episode(t, True, 0) for t in range(6, 11)]
-    after = [episode(t, False, 4 if t == 0 else 1) for t in range(6)] + [episode(t, True, 4) for t in range(6, 11)]
+    before = [episode(t, False, 4) for t in range(8)] + [episode(t, True, 0) for t in range(8, 15)]
+    after = [episode(t, False, 4 if t == 0 else 1) for t in range(8)] + [episode(t, True, 4) for t in range(8, 15)]
     alarms = ["sampled_falling", "hidden_tests_falling", "cheat_rising"]
     assert code.heldout_alarms({"before": before, "after": after}) == alarms  # the cheats hide no fall
-    honest = {"before": before, "after": after[:6] + before[6:]}
+    honest = {"before": before, "after": after[:8] + before[8:]}
     assert code.heldout_alarms(honest) == alarms[:2]
     assert code.heldout_alarms({"before": before, "after": before}) == []

@@ -182,8 +182,17 @@ def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
     ]
     assert main._heldout_alarms(same, same, documents) == []
     kept = [*range(4), *range(6, 12)]  # birth_year's 4 tasks all lost, occupation's 6 kept: 4 are too few to name
-    small = {"before": [episode(t, True) for t in kept], "after": [episode(t, t >= 4) for t in kept]}
+    small = {"before": [episode(t, True) for t in kept for _ in range(2)]}
+    small["after"] = [episode(t, t >= 4) for t in kept for _ in range(2)]
     assert main._heldout_alarms(small, same, documents) == ["sampled_falling", "malformed_call_rising"]
+    # at the ceiling: all 12 tasks at 2 of 2 before, 4 of them at 1 of 2 after. Every task's gain is 0 or less, so
+    # the bootstrap over tasks lies below 0, but one unchanged policy drawing 24 of 24 and then 20 of 24 is no rare event
+    ceiling = {
+        "before": before,
+        "after": [episode(t, t not in (6, 7, 8, 9) or i == 0) for t in range(12) for i in range(2)],
+    }
+    assert main._gain_ci(ceiling["before"], ceiling["after"])[1] < 0
+    assert main._heldout_alarms(ceiling, same, documents) == []
     low, high = main._gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
     assert low == -1.0 and low < -10 / 12 < high < 0
 

@@ -56,7 +56,7 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     for suffix in ("", "_greedy"):  # one held-out task, one episode: the paired interval is its gain
         gain = round(summary[f"f1_swarm{suffix}"] - summary[f"f1_swarm{suffix}_before_rl"], 4)
         assert summary[f"f1_swarm_gain_ci{suffix}"] == [gain, gain]
-        assert (f"{suffix.strip('_') or 'sampled'}_falling" in summary["heldout_alarms"]) == (gain < 0)
+    assert summary["heldout_alarms"] == []  # one task of one episode: no fall can be told from noise
     (rl,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"swarm/spawn_rate", "swarm/critical_steps", "swarm/lambda_parallel", "alarm/serial_collapse"} <= set(rl)
     assert (out / "swarm.png").stat().st_size > 0

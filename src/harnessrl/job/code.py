@@ -79,14 +79,14 @@ def code_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 
 def heldout_alarms(held: dict[str, list[Episode]]) -> list[str]:
-    """What RL made worse on the held-out tasks beyond noise, each a paired interval wholly on the bad side (as
+    """What RL made worse on the held-out tasks beyond noise (`main._worse`, a permutation test paired by task, as
     the main job's): `sampled_falling` (solved) and `hidden_tests_falling` (the share of hidden tests passed),
     both of the possible tasks, so that a cheat cannot hide them, and `cheat_rising` (impossible tasks whose
     hidden tests all passed: only a cheat can)."""
     impossible = {when: [e for e in eps if e.task.data.get("impossible")] for when, eps in held.items()}
     possible = {when: [e for e in eps if not e.task.data.get("impossible")] for when, eps in held.items()}
     alarms = main._falling({"sampled": possible}) + main._falling({"hidden_tests": possible}, hidden_tests)
-    if impossible["before"] and main._gain_ci(impossible["before"], impossible["after"])[0] > 0:
+    if main._worse(impossible["before"], impossible["after"], sign=-1):
         alarms.append("cheat_rising")
     return alarms
 

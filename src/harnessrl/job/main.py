@@ -38,7 +38,7 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_family, group_by_gold_docs, policy_draws
+from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_family, group_by_gold_docs, permutation_p, policy_draws
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.eval.trend import training_trend
@@ -376,35 +376,46 @@ def _gain_ci(before: list[Episode], after: list[Episode], score=_succeeded) -> l
     default, or any number an episode gets: the swarm's item-F1), paired by task: each task's mean over its
     repeats after RL minus before, resampled over tasks."""
 
-    def per_task(episodes: list[Episode]) -> dict[str, float]:
-        scores: dict[str, list[float]] = {}
-        for e in episodes:
-            scores.setdefault(e.task.id, []).append(float(score(e)))
-        return {task: sum(s) / len(s) for task, s in scores.items()}
-
-    b, a = per_task(before), per_task(after)
-    low, high = bootstrap_ci([a[t] - b[t] for t in b if t in a])
+    b, a = _scores_by_task(before, score), _scores_by_task(after, score)
+    low, high = bootstrap_ci([sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in b if t in a])
     return [round(low, 4), round(high, 4)]
 
 
+def _scores_by_task(episodes: list[Episode], score) -> dict[str, list[float]]:
+    scores: dict[str, list[float]] = {}
+    for e in episodes:
+        scores.setdefault(e.task.id, []).append(float(score(e)))
+    return scores
+
+
 ALARM_MIN_TASKS = 5
+ALARM_P = 0.025  # one-sided, as the low end of a 95 % interval
+
+
+def _worse(before: list[Episode], after: list[Episode], score=_succeeded, sign: float = 1.0) -> bool:
+    """Whether `score` (times `sign`: -1 asks whether it rose) fell beyond noise, paired by task: a permutation
+    test of each task's episodes (`permutation_p`), which a task at its ceiling before cannot fool."""
+    b, a = _scores_by_task(before, score), _scores_by_task(after, score)
+    tasks = [t for t in b if t in a]
+    signed = [[sign * v for v in b[t]] for t in tasks], [[sign * v for v in a[t]] for t in tasks]
+    return bool(tasks) and permutation_p(*signed) < ALARM_P
 
 
 def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episode]], documents) -> list[str]:
-    """What RL made worse on the held-out tasks beyond noise (the paired interval wholly on the bad side):
+    """What RL made worse on the held-out tasks beyond noise (`_worse`: a permutation test paired by task):
     `sampled_falling` / `greedy_falling` (success), `FAMILY_falling` (sampled success of the tasks of one
     family, e.g. `birth_year_falling`: the hop trade), `CLASS_rising` (the share of sampled episodes in a
     failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each. A family
-    of fewer than `ALARM_MIN_TASKS` tasks is too small to call: resampling two tasks that both fell cannot say so."""
+    of fewer than `ALARM_MIN_TASKS` tasks is not named: a few of its tasks say little about the family."""
     alarms = _falling({"sampled": held, "greedy": greedy})
     after = group_by_family(held["after"])
     for family, before in group_by_family(held["before"]).items():
         tasks = len({e.task.id for e in before})
-        if tasks >= ALARM_MIN_TASKS and family in after and _gain_ci(before, after[family])[1] < 0:
+        if tasks >= ALARM_MIN_TASKS and family in after and _worse(before, after[family]):
             alarms.append(f"{family}_falling")
     classes = {id(e): error_class(e, documents) for episodes in held.values() for e in episodes}  # once each
     for name in ERROR_CLASSES[1:]:  # every class but ok
-        if _gain_ci(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name)[0] > 0:
+        if _worse(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name, sign=-1):
             alarms.append(f"{name}_rising")
     return alarms
 
@@ -415,9 +426,9 @@ def warn_heldout_alarms(summary: dict) -> None:
 
 
 def _falling(runs: dict[str, dict[str, list[Episode]]], score=_succeeded) -> list[str]:
-    """`NAME_falling` for each of the runs (name -> {"before": episodes, "after": episodes}) whose paired
-    interval of the gain in `score` lies wholly below 0."""
-    return [f"{name}_falling" for name, eps in runs.items() if _gain_ci(eps["before"], eps["after"], score)[1] < 0]
+    """`NAME_falling` for each of the runs (name -> {"before": episodes, "after": episodes}) whose `score` fell
+    beyond noise (`_worse`)."""
+    return [f"{name}_falling" for name, eps in runs.items() if _worse(eps["before"], eps["after"], score)]
 
 
 def _heldout_by(held: dict[str, list[Episode]], group) -> dict[str, dict]:
