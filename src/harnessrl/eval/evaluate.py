@@ -285,7 +285,7 @@ def permutation_p(
     of `resamples` relabellings, each task's episodes shuffled between before and after (exchangeable where
     nothing changed), whose sum over tasks of (mean after - mean before) is as low as the observed one or lower;
     (1 + count) / (1 + resamples), so never 0. Unlike a bootstrap over tasks it keeps each task's own sampling
-    noise: a task at 2 of 2 before and 1 of 2 after is as likely one unchanged policy drawn twice as a fall."""
+    noise: a task at 2 of 2 before and 1 of 2 after shows that fall in half of its relabellings."""
     rng = np.random.default_rng(seed)
     observed, permuted = 0.0, np.zeros(resamples)
     for b, a in zip(before, after):
