@@ -407,12 +407,11 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
     family, e.g. `birth_year_falling`: the hop trade), `CLASS_rising` (the share of sampled episodes in a
     failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each. A family
     of fewer than `ALARM_MIN_TASKS` tasks is not named: a few of its tasks say little about the family."""
-    alarms = _falling({"sampled": held, "greedy": greedy})
     after = group_by_family(held["after"])
-    for family, before in group_by_family(held["before"]).items():
-        tasks = len({e.task.id for e in before})
-        if tasks >= ALARM_MIN_TASKS and family in after and _worse(before, after[family]):
-            alarms.append(f"{family}_falling")
+    families = {family: {"before": before, "after": after[family]}
+                for family, before in group_by_family(held["before"]).items()
+                if family in after and len({e.task.id for e in before}) >= ALARM_MIN_TASKS}  # fmt: skip
+    alarms = _falling({"sampled": held, "greedy": greedy}) + _falling(families)
     classes = {id(e): error_class(e, documents) for episodes in held.values() for e in episodes}  # once each
     for name in ERROR_CLASSES[1:]:  # every class but ok
         if _worse(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name, sign=-1):
