@@ -15,6 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from harnessrl.eval.evaluate import gain_ci
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
 from harnessrl.job.main import validation_split
@@ -191,9 +192,9 @@ def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
         "before": before,
         "after": [episode(t, t not in (6, 7, 8, 9) or i == 0) for t in range(12) for i in range(2)],
     }
-    assert main._gain_ci(ceiling["before"], ceiling["after"])[1] < 0
+    assert gain_ci(ceiling["before"], ceiling["after"])[1] < 0
     assert main._heldout_alarms(ceiling, same, documents) == []
-    low, high = main._gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
+    low, high = gain_ci(greedy["before"], greedy["after"])  # 10 of 12 tasks lost: -10/12, resampled
     assert low == -1.0 and low < -10 / 12 < high < 0
 
 

@@ -296,6 +296,46 @@ def permutation_p(
     return float((1 + np.sum(permuted <= observed + 1e-9)) / (1 + resamples))
 
 
+def succeeded(e: Episode) -> bool:
+    """The harness's own verdict (`Outcome.success`); False without an outcome."""
+    return bool(e.outcome and e.outcome.success)
+
+
+def gain_ci(before: list[Episode], after: list[Episode], score=succeeded) -> list[float]:
+    """95 % percentile-bootstrap interval of the RL gain in the mean of `score` over episodes (success by
+    default, or any number an episode gets: the swarm's item-F1), paired by task: each task's mean over its
+    repeats after RL minus before, resampled over tasks."""
+    b, a = scores_by_task(before, score), scores_by_task(after, score)
+    low, high = bootstrap_ci([sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in b if t in a])
+    return [round(low, 4), round(high, 4)]
+
+
+def scores_by_task(episodes: list[Episode], score) -> dict[str, list[float]]:
+    """Each task's `score` of its episodes, in the order they come."""
+    scores: dict[str, list[float]] = {}
+    for e in episodes:
+        scores.setdefault(e.task.id, []).append(float(score(e)))
+    return scores
+
+
+ALARM_P = 0.025  # one-sided, as the low end of a 95 % interval
+
+
+def worse(before: list[Episode], after: list[Episode], score=succeeded, sign: float = 1.0) -> bool:
+    """Whether `score` (times `sign`: -1 asks whether it rose) fell beyond noise, paired by task: a permutation
+    test of each task's episodes (`permutation_p`), which a task at its ceiling before cannot fool."""
+    b, a = scores_by_task(before, score), scores_by_task(after, score)
+    tasks = [t for t in b if t in a]
+    signed = [[sign * v for v in b[t]] for t in tasks], [[sign * v for v in a[t]] for t in tasks]
+    return bool(tasks) and permutation_p(*signed) < ALARM_P
+
+
+def falling(runs: dict[str, dict[str, list[Episode]]], score=succeeded) -> list[str]:
+    """`NAME_falling` for each of the runs (name -> {"before": episodes, "after": episodes}) whose `score` fell
+    beyond noise (`worse`)."""
+    return [f"{name}_falling" for name, eps in runs.items() if worse(eps["before"], eps["after"], score)]
+
+
 def summarize(episodes: list[Episode]) -> dict[str, dict[str, float]]:
     """Per metric: the mean over tasks of each task's mean over its repeats, and its 95% interval."""
     by_task: dict[str, list[Episode]] = {}

@@ -27,6 +27,7 @@ from harnessrl.envs.code.generate import LIBRARY, generate, statistics
 from harnessrl.envs.code.harness import CodingAgent
 from harnessrl.envs.code.reward import cheat_rate, code_reward, hidden_tests
 from harnessrl.envs.code.tasks import load_tasks
+from harnessrl.eval.evaluate import falling, gain_ci, worse
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -79,14 +80,14 @@ def code_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 
 def heldout_alarms(held: dict[str, list[Episode]]) -> list[str]:
-    """What RL made worse on the held-out tasks beyond noise (`main._worse`, a permutation test paired by task, as
+    """What RL made worse on the held-out tasks beyond noise (`worse`, a permutation test paired by task, as
     the main job's): `sampled_falling` (solved) and `hidden_tests_falling` (the share of hidden tests passed),
     both of the possible tasks, so that a cheat cannot hide them, and `cheat_rising` (impossible tasks whose
     hidden tests all passed: only a cheat can)."""
     impossible = {when: [e for e in eps if e.task.data.get("impossible")] for when, eps in held.items()}
     possible = {when: [e for e in eps if not e.task.data.get("impossible")] for when, eps in held.items()}
-    alarms = main._falling({"sampled": possible}) + main._falling({"hidden_tests": possible}, hidden_tests)
-    if main._worse(impossible["before"], impossible["after"], sign=-1):
+    alarms = falling({"sampled": possible}) + falling({"hidden_tests": possible}, hidden_tests)
+    if worse(impossible["before"], impossible["after"], sign=-1):
         alarms.append("cheat_rising")
     return alarms
 
@@ -130,7 +131,7 @@ class _CodeJob(main._Job):
             "heldout_tasks": len(test),
             "heldout_success_before": before["solved"],
             "heldout_success_after": after["solved"],
-            "heldout_gain_ci": main._gain_ci(held["before"], held["after"]),
+            "heldout_gain_ci": gain_ci(held["before"], held["after"]),
             "heldout_alarms": heldout_alarms(held),
             "heldout_hidden_tests_before": before["hidden_tests"],
             "heldout_hidden_tests_after": after["hidden_tests"],

@@ -38,7 +38,16 @@ from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
-from harnessrl.eval.evaluate import RARE, bootstrap_ci, group_by_family, group_by_gold_docs, permutation_p, policy_draws
+from harnessrl.eval.evaluate import (
+    RARE,
+    falling,
+    gain_ci,
+    group_by_family,
+    group_by_gold_docs,
+    policy_draws,
+    succeeded,
+    worse,
+)
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.eval.trend import training_trend
@@ -163,8 +172,8 @@ class _Job:
             "heldout_success_after": after["sampled"],
             "heldout_success_greedy_before": before["greedy"],
             "heldout_success_greedy_after": after["greedy"],
-            "heldout_gain_ci": _gain_ci(held["before"], held["after"]),
-            "heldout_gain_ci_greedy": _gain_ci(greedy_held["before"], greedy_held["after"]),
+            "heldout_gain_ci": gain_ci(held["before"], held["after"]),
+            "heldout_gain_ci_greedy": gain_ci(greedy_held["before"], greedy_held["after"]),
             "heldout_alarms": _heldout_alarms(held, greedy_held, documents),
             "heldout_by_gold_docs": _heldout_by(held, group_by_gold_docs),
             "heldout_by_family": _heldout_by(held, group_by_family),
@@ -367,42 +376,11 @@ def validation_split(train: list[Task], size: int, rng: random.Random) -> list[T
     return [task for hops, tasks in sorted(strata.items()) for task in rng.sample(tasks, counts[hops])]
 
 
-def _succeeded(e: Episode) -> bool:
-    return bool(e.outcome and e.outcome.success)
-
-
-def _gain_ci(before: list[Episode], after: list[Episode], score=_succeeded) -> list[float]:
-    """95 % percentile-bootstrap interval of the RL gain in the mean of `score` over episodes (success by
-    default, or any number an episode gets: the swarm's item-F1), paired by task: each task's mean over its
-    repeats after RL minus before, resampled over tasks."""
-
-    b, a = _scores_by_task(before, score), _scores_by_task(after, score)
-    low, high = bootstrap_ci([sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in b if t in a])
-    return [round(low, 4), round(high, 4)]
-
-
-def _scores_by_task(episodes: list[Episode], score) -> dict[str, list[float]]:
-    scores: dict[str, list[float]] = {}
-    for e in episodes:
-        scores.setdefault(e.task.id, []).append(float(score(e)))
-    return scores
-
-
 ALARM_MIN_TASKS = 5
-ALARM_P = 0.025  # one-sided, as the low end of a 95 % interval
-
-
-def _worse(before: list[Episode], after: list[Episode], score=_succeeded, sign: float = 1.0) -> bool:
-    """Whether `score` (times `sign`: -1 asks whether it rose) fell beyond noise, paired by task: a permutation
-    test of each task's episodes (`permutation_p`), which a task at its ceiling before cannot fool."""
-    b, a = _scores_by_task(before, score), _scores_by_task(after, score)
-    tasks = [t for t in b if t in a]
-    signed = [[sign * v for v in b[t]] for t in tasks], [[sign * v for v in a[t]] for t in tasks]
-    return bool(tasks) and permutation_p(*signed) < ALARM_P
 
 
 def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episode]], documents) -> list[str]:
-    """What RL made worse on the held-out tasks beyond noise (`_worse`: a permutation test paired by task):
+    """What RL made worse on the held-out tasks beyond noise (`worse`: a permutation test paired by task):
     `sampled_falling` / `greedy_falling` (success), `FAMILY_falling` (sampled success of the tasks of one
     family, e.g. `birth_year_falling`: the hop trade), `CLASS_rising` (the share of sampled episodes in a
     failure class of envs/search/errors.py, e.g. `malformed_call_rising`). A mean gain can hide each. A family
@@ -411,10 +389,10 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
     families = {family: {"before": before, "after": after[family]}
                 for family, before in group_by_family(held["before"]).items()
                 if family in after and len({e.task.id for e in before}) >= ALARM_MIN_TASKS}  # fmt: skip
-    alarms = _falling({"sampled": held, "greedy": greedy}) + _falling(families)
+    alarms = falling({"sampled": held, "greedy": greedy}) + falling(families)
     classes = {id(e): error_class(e, documents) for episodes in held.values() for e in episodes}  # once each
     for name in ERROR_CLASSES[1:]:  # every class but ok
-        if _worse(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name, sign=-1):
+        if worse(held["before"], held["after"], lambda e, name=name: classes[id(e)] == name, sign=-1):
             alarms.append(f"{name}_rising")
     return alarms
 
@@ -422,12 +400,6 @@ def _heldout_alarms(held: dict[str, list[Episode]], greedy: dict[str, list[Episo
 def warn_heldout_alarms(summary: dict) -> None:
     for alarm in summary["heldout_alarms"]:  # found, to be explained: never averaged away
         log.warning("held-out alarm: %s after RL, beyond noise (summary.json's heldout_alarms)", alarm)
-
-
-def _falling(runs: dict[str, dict[str, list[Episode]]], score=_succeeded) -> list[str]:
-    """`NAME_falling` for each of the runs (name -> {"before": episodes, "after": episodes}) whose `score` fell
-    beyond noise (`_worse`)."""
-    return [f"{name}_falling" for name, eps in runs.items() if _worse(eps["before"], eps["after"], score)]
 
 
 def _heldout_by(held: dict[str, list[Episode]], group) -> dict[str, dict]:
@@ -455,7 +427,7 @@ def _batch_by_gold_docs(episodes: list[Episode], _step: int) -> dict[str, float]
 def _success_and_calls(episodes: list[Episode], group) -> dict[str, tuple[int, float, float]]:
     """Per `group` of tasks (gold documents needed, family): distinct tasks, success and model calls per episode."""
     return {
-        n: (len({e.task.id for e in members}), sum(map(_succeeded, members)) / len(members),
+        n: (len({e.task.id for e in members}), sum(map(succeeded, members)) / len(members),
             sum(len(e.calls) for e in members) / len(members))
         for n, members in group(episodes).items()
     }  # fmt: skip

@@ -31,6 +31,7 @@ from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward
 from harnessrl.envs.wide.tasks import set_aside, wide_tasks
+from harnessrl.eval.evaluate import falling, gain_ci
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_curves, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -183,9 +184,9 @@ class _SwarmJob(main._Job):
             "f1_swarm_scripted": scripted["f1"],
             "f1_swarm_greedy_before_rl": greedy_before["f1"],
             "f1_swarm_greedy": greedy_after["f1"],
-            "f1_swarm_gain_ci": main._gain_ci(held["before"], held["after"], item_f1),  # paired by task
-            "f1_swarm_gain_ci_greedy": main._gain_ci(greedy_held["before"], greedy_held["after"], item_f1),
-            "heldout_alarms": main._falling({"sampled": held, "greedy": greedy_held}, item_f1),  # item-F1
+            "f1_swarm_gain_ci": gain_ci(held["before"], held["after"], item_f1),  # paired by task
+            "f1_swarm_gain_ci_greedy": gain_ci(greedy_held["before"], greedy_held["after"], item_f1),
+            "heldout_alarms": falling({"sampled": held, "greedy": greedy_held}, item_f1),  # item-F1
             "critical_steps_single": baseline["critical_steps"],
             "critical_steps_swarm_scripted": scripted["critical_steps"],
             "critical_steps_swarm_before_rl": before["critical_steps"],
