@@ -228,7 +228,7 @@ class _Job:
         train_cfg = TrainConfig(
             lr=cfg.lr,
             name_weight=cfg.name_weight,
-            schedule="cosine",
+            schedule=cfg.schedule,
             total_steps=cfg.steps,
             warmup_steps=min(5, cfg.steps // 10),
             precision=cfg.precision,
