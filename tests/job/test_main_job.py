@@ -268,6 +268,7 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     # ask for one more SFT step and one more RL update, as if the run had stopped there
     config = yaml.safe_load((out / "config.yaml").read_text())
     config["sft"]["steps"], config["rl"]["updates"] = 2, 2
+    config["sft"]["schedule"] = "constant"  # cosine would end the second step at lr 0
     (out / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("eval_after.json", "summary.json"):
         (out / name).unlink()
@@ -282,8 +283,9 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "demos.jsonl").read_text() == demos and (out / "eval_before.json").read_text() == before  # kept
-    sft_steps = [json.loads(x)["step"] for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
-    assert sft_steps == [1, 2]  # the second run made only the missing step
+    sft_lines = [json.loads(x) for x in (out / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in sft_lines] == [1, 2]  # the second run made only the missing step
+    assert sft_lines[-1]["optim/lr"] == pytest.approx(config["sft"]["lr"])  # at the schedule the run asked for
     rl_lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rl_lines) == 2 and json.loads((out / "summary.json").read_text())["rl_updates"] == 2
     validated = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
@@ -293,4 +295,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert bad.exit_code == 2 and "--resume" in bad.stderr
     # a fresh run into the folder, with a config that now differs from the folder's, is refused
     other = cli("train", tmp_path / "job.yaml", "--out", out)
-    assert other.exit_code == 2 and "differs in rl.updates, sft.steps" in other.stderr and "--resume" in other.stderr
+    assert (
+        other.exit_code == 2
+        and "differs in rl.updates, sft.schedule, sft.steps" in other.stderr
+        and "--resume" in other.stderr
+    )
