@@ -371,7 +371,10 @@ def sft(
     epochs: int = typer.Option(1, min=1),
     batch_episodes: int = typer.Option(16, min=1, help="episodes per optimizer step"),
     lr: float = typer.Option(3e-4, help="AdamW learning rate"),
-    schedule: str = typer.Option("cosine", help="constant | linear | cosine (decays to 0 at the last step)"),
+    schedule: str = typer.Option(
+        "cosine",
+        help="constant | linear | cosine (decay to 0 at the last step) | wsd (constant, then linear to 0 over the last 20 %)",
+    ),
     name_weight: float = typer.Option(
         1.0, min=0, help="loss weight of the tokens that write a called tool's name (where the agent decides)"
     ),

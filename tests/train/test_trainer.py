@@ -16,7 +16,7 @@ from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences,
 from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.train.sequences import Sequence
-from harnessrl.train.trainer import _by_prompt
+from harnessrl.train.trainer import _by_prompt, _lr_factor
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
@@ -402,3 +402,15 @@ def test_sft_weighs_the_tokens_naming_a_called_tool_and_reports_their_probabilit
         w = 1 + (weight - 1) * names.float()  # the name tokens count `weight` times, over the plain count, by hand
         assert metrics["loss/sft"] == pytest.approx(float((-logp * w)[loss].sum() / loss.sum()), rel=1e-4)
         assert metrics["sft/name_p"] == pytest.approx(float(logp[names].exp().mean()), rel=1e-4)
+
+
+def test_each_schedule_warms_up_then_holds_or_decays_to_zero_at_total_steps():
+    def factors(schedule: str) -> list[float]:
+        factor = _lr_factor(TrainConfig(schedule=schedule, warmup_steps=2, total_steps=12))
+        return [round(factor(step), 4) for step in range(13)]
+
+    warm = [0.5, 1.0]  # then 10 steps of progress 0, 0.1, ..., 1.0
+    assert factors("constant") == warm + [1.0] * 11
+    assert factors("linear") == warm + [round(1 - p / 10, 4) for p in range(11)]
+    assert factors("cosine")[2:] == [round(0.5 * (1 + math.cos(math.pi * p / 10)), 4) for p in range(11)]
+    assert factors("wsd") == warm + [1.0] * 9 + [0.5, 0.0]  # held to progress 0.8, then linear to 0 at 1.0

@@ -45,10 +45,11 @@ class SFTConfig(_Strict):
     steps: int = Field(default=230, ge=0, description="0 skips the warm start")
     batch_episodes: int = 8
     lr: float = 1e-3
-    schedule: Literal["constant", "linear", "cosine"] = Field(
+    schedule: Literal["constant", "linear", "cosine", "wsd"] = Field(
         default="cosine",
         description="the learning rate over `steps` after a warm-up of min(5, steps / 10): cosine and linear decay to 0 "
-        "at the last step; constant keeps `lr` (docs/training.md, 'Where the agent decides')",
+        "at the last step; constant keeps `lr`; wsd keeps it, then decays linearly over the last 20 % "
+        "(docs/training.md, 'Where the agent decides')",
     )
     name_weight: float = Field(
         default=1.0, ge=0, description="loss weight of the tokens naming each call's tool (TrainConfig.name_weight)"

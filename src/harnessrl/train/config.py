@@ -101,9 +101,13 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0, description="max global grad norm; None disables")
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    schedule: Literal["constant", "linear", "cosine", "wsd"] = Field(
+        default="constant",
+        description="after the warm-up: constant; linear or cosine decay to 0 at total_steps; wsd holds lr and decays "
+        "linearly to 0 over the last 20 %",
+    )
     warmup_steps: int = Field(default=0, ge=0)
-    total_steps: int = Field(default=1000, ge=1, description="steps over which linear / cosine decay to 0")
+    total_steps: int = Field(default=1000, ge=1, description="steps over which linear / cosine / wsd decay to 0")
     token_budget: int = Field(
         default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
     )

@@ -477,6 +477,9 @@ def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, 
     return out
 
 
+WSD_DECAY = 0.2  # schedule "wsd" (MiniCPM's warmup-stable-decay): the share of the steps after warm-up that decay
+
+
 def _lr_factor(cfg: TrainConfig):
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
@@ -486,6 +489,8 @@ def _lr_factor(cfg: TrainConfig):
             return 1.0 - progress
         if cfg.schedule == "cosine":
             return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if cfg.schedule == "wsd":  # warm-up, stable, then a linear decay over the last WSD_DECAY of the steps
+            return min(1.0, (1.0 - progress) / WSD_DECAY)
         return 1.0
 
     return factor
