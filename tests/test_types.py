@@ -42,3 +42,10 @@ def test_a_typo_in_a_trace_line_names_the_field():
     line = _episode().to_json().replace('"outcome"', '"outcom"')
     with pytest.raises(ValidationError, match="outcom"):
         Episode.from_json(line)
+
+
+def test_an_episode_succeeded_only_on_the_harness_verdict_true():
+    assert Episode(outcome=Outcome(success=True)).succeeded
+    assert not Episode().succeeded  # no outcome: the harness gave no verdict
+    assert not Episode(outcome=Outcome(answer="Paris")).succeeded  # an answer without a verdict
+    assert not Episode(outcome=Outcome(success=False)).succeeded

@@ -123,6 +123,11 @@ class Episode(_Model):
         """Every call an expert's reply (`Call.demonstration`): nothing in it was sampled."""
         return bool(self.calls) and all(c.demonstration for c in self.calls)
 
+    @property
+    def succeeded(self) -> bool:
+        """The harness's own verdict (`Outcome.success`); False without an outcome."""
+        return bool(self.outcome and self.outcome.success)
+
     def to_json(self) -> str:
         """One JSON line (no newline inside)."""
         return self.model_dump_json()

@@ -216,7 +216,7 @@ def episode_metrics(episode: Episode, decode: Callable[[list[int]], str]) -> dic
     terms, values = (reward.terms, reward.values) if reward else ({}, {})
     sizes = [len(c.prompt_ids) + len(c.completion_ids) for c in calls]
     return {
-        "success": float(bool(episode.outcome and episode.outcome.success)),
+        "success": float(episode.succeeded),
         "failed": float(episode.status == "failed"),
         "reward": reward.total if reward else 0.0,
         **{f"reward/{name}": value for name, value in terms.items()},
@@ -297,8 +297,8 @@ def permutation_p(
 
 
 def succeeded(e: Episode) -> bool:
-    """The harness's own verdict (`Outcome.success`); False without an outcome."""
-    return bool(e.outcome and e.outcome.success)
+    """The default score of the intervals and alarms below: `Episode.succeeded`."""
+    return e.succeeded
 
 
 def gain_ci(before: list[Episode], after: list[Episode], score=succeeded) -> list[float]:

@@ -26,5 +26,5 @@ async def evaluate(
         gateway, harness, Reward([]), RolloutConfig(concurrency=concurrency, episode_timeout=timeout)
     )
     episodes = list(await asyncio.gather(*(engine.episode(t) for t in tasks)))
-    wins = sum(bool(e.outcome and e.outcome.success) for e in episodes)
+    wins = sum(e.succeeded for e in episodes)
     return wins / max(1, len(episodes)), episodes

@@ -71,7 +71,7 @@ def code_metrics(episodes: list[Episode]) -> dict[str, float]:
     info = [e.outcome.info if e.outcome else {} for e in episodes]
     return {
         "code/hidden_tests": sum(hidden_tests(e) for e in episodes) / n,
-        "code/solved": sum(bool(e.outcome and e.outcome.success) for e in episodes) / n,
+        "code/solved": sum(e.succeeded for e in episodes) / n,
         "code/cheat_rate": cheat_rate(episodes),
         "code/submitted": sum(bool(i.get("submitted")) for i in info) / n,
         "code/dropped_test_edits": sum(bool(i.get("dropped")) for i in info) / n,

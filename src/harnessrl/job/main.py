@@ -152,7 +152,7 @@ class _Job:
             if config.sft.steps:
                 await self._phase("sft", lambda: self._sft(demos))
             before = await self._phase("eval_before", lambda: self._eval("eval_before", agent, greedy, test))
-            guides = {d.task.id: d for d in demos if d.outcome and d.outcome.success} if config.rl.guidance else None
+            guides = {d.task.id: d for d in demos if d.succeeded} if config.rl.guidance else None
             await self._phase(
                 "rl", lambda: self._run_rl(agent, reward, train, config.rl.rollout, _batch_by_gold_docs, guides)
             )

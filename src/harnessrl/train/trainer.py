@@ -128,7 +128,7 @@ class Trainer:
             "rollout/episodes": len(episodes),
             "rollout/failed": sum(e.status == "failed" for e in episodes),
             # what the batch achieved: the harness's own verdict, and episodes with a tool call that did not parse
-            "rollout/success": _share([bool(e.outcome and e.outcome.success) for e in episodes]),
+            "rollout/success": _share([e.succeeded for e in episodes]),
             "rollout/malformed_share": _share([any(c.tool_call_error for c in e.calls) for e in episodes]),
             "rollout/sequences": len(sequences),
             "rollout/demonstrations": sum(e.demonstrated for g in groups for e in g),

@@ -61,7 +61,7 @@ def context1_reward(
         return len(_docs(e, "trajectory_doc_ids") & gold(e)) / max(1, len(gold(e)))
 
     def answered(e: Episode) -> float:
-        return float(bool(e.outcome and e.outcome.success))
+        return float(e.succeeded)
 
     def prune_streak(e: Episode) -> float:
         return max(0, (e.outcome.info.get("max_prune_streak", 0) if e.outcome else 0) - 1)
