@@ -240,6 +240,24 @@ def test_the_validation_split_keeps_each_hop_counts_share_of_the_train_split():
     assert validation_split(train, 0, random.Random(0)) == []
 
 
+def test_fresh_tasks_are_set_aside_for_rl_by_hop_count_and_never_demonstrated():
+    train = [Task(id=f"q-{n}", data={"gold_doc_ids": ["d"] * (1 + n % 3)}) for n in range(180)]
+    demonstrated, fresh = main.fresh_split(train, 0.3, seed=0)
+    assert len(fresh) == 54 and Counter(len(t.data["gold_doc_ids"]) for t in fresh) == {1: 18, 2: 18, 3: 18}
+    assert {t.id for t in demonstrated} | {t.id for t in fresh} == {t.id for t in train}
+    assert not {t.id for t in demonstrated} & {t.id for t in fresh}
+    assert main.fresh_split(train, 0.3, seed=1)[1] != fresh == main.fresh_split(train, 0.3, seed=0)[1]
+    assert main.fresh_split(train, 0.0, seed=0) == (train, [])
+
+
+def test_fresh_tasks_belong_to_the_search_job_and_leave_guidance_nothing_to_guide():
+    with pytest.raises(ValueError, match="swarm.rl_questions"):
+        JobConfig.model_validate({"rl": {"fresh_tasks": 0.3}, "swarm": {}})
+    with pytest.raises(ValueError, match="rl.guidance"):
+        JobConfig.model_validate({"rl": {"fresh_tasks": 0.3, "guidance": True}})
+    assert JobConfig.model_validate({"rl": {"fresh_tasks": 0.3}}).rl.fresh_tasks == 0.3
+
+
 def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_naming_it(tmp_path):
     config = JobConfig.model_validate(yaml.safe_load(MINIMAL))
     main.start_run(config, tmp_path / "run")

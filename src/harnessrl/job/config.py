@@ -73,6 +73,14 @@ class RLConfig(_Strict):
         description="train-split tasks set aside (no SFT, no RL) to choose the checkpoint, each hop count (gold "
         "documents a task needs) keeping its share of the split; 0 = keep the last",
     )
+    fresh_tasks: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of the train tasks (after validation's, each hop count keeping its share) set aside for RL "
+        "alone, never demonstrated: RL practises on tasks SFT did not memorise (the search job; the swarm's is "
+        "swarm.rl_questions); 0 = RL on the demonstrated tasks",
+    )
     validation_repeats: int = Field(default=2, ge=1, description="sampled (T = 1) episodes per validation task")
     validate_every: int = Field(
         default=8, ge=1, description="validate every N updates (and before the first, and at the end)"
@@ -240,6 +248,10 @@ class JobConfig(_Strict):
     def _one_job(self) -> JobConfig:
         if self.swarm is not None and self.code is not None:
             raise ValueError("swarm and code: a config runs one job; set one of them")
+        if self.rl.fresh_tasks and (self.swarm is not None or self.code is not None):
+            raise ValueError("rl.fresh_tasks is the search job's (the swarm job's is swarm.rl_questions)")
+        if self.rl.fresh_tasks and self.rl.guidance:
+            raise ValueError("rl.fresh_tasks with rl.guidance: RL's tasks would have no demonstration to guide them")
         budget = self.swarm and self.swarm.limits.max_critical_steps
         if budget is not None and budget < (round_trip := self.agent.max_turns + 2):
             raise ValueError(
