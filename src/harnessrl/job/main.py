@@ -381,8 +381,9 @@ def validation_split(train: list[Task], size: int, rng: random.Random) -> list[T
 def fresh_split(train: list[Task], share: float, seed: int) -> tuple[list[Task], list[Task]]:
     """(demonstrated, fresh): `share` of the train tasks, each hop count keeping its share, set aside for RL
     alone (`rl.fresh_tasks`); the rest are demonstrated for SFT. RL draws from the fresh ones when there are any.
-    On the demonstrated tasks RL finds what SFT memorised (its batches succeeded at 0.78-1.0 where held-out
-    tasks did at 0.55-0.6, 2026-12-05), and groups that all succeed teach nothing."""
+    On the demonstrated tasks RL finds what SFT memorised (after a 300-step wsd SFT, seed 1, its batches succeeded
+    at 0.78-1.0 in 22 of 24 updates where held-out tasks did at 0.59; 2026-12-05), and a group that all succeeds
+    teaches nothing."""
     fresh = validation_split(train, round(share * len(train)), random.Random(f"{seed}:fresh"))
     return [t for t in train if t not in fresh], fresh
 
