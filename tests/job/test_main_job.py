@@ -15,6 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from harnessrl.envs.search.data import synthetic
 from harnessrl.eval.evaluate import gain_ci
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
@@ -248,6 +249,19 @@ def test_fresh_tasks_are_set_aside_for_rl_by_hop_count_and_never_demonstrated():
     assert not {t.id for t in demonstrated} & {t.id for t in fresh}
     assert main.fresh_split(train, 0.3, seed=1)[1] != fresh == main.fresh_split(train, 0.3, seed=0)[1]
     assert main.fresh_split(train, 0.0, seed=0) == (train, [])
+
+
+def test_a_run_with_fresh_tasks_demonstrates_only_the_rest(tmp_path):
+    config = yaml.safe_load(MINIMAL)
+    config["rl"]["fresh_tasks"] = 0.5
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "run")
+    assert done.exit_code == 0, done.stderr[-3000:]
+    validation = set(json.loads((tmp_path / "run" / "validation.jsonl").read_text().splitlines()[0])["tasks"])
+    train = [t.task() for t in synthetic(0, people=240)[1] if t.split == "train" and t.id not in validation]
+    demonstrated, fresh = main.fresh_split(train, 0.5, seed=0)
+    demos = read_jsonl(tmp_path / "run" / "demos.jsonl", Episode)
+    assert sorted(e.task.id for e in demos) == sorted(t.id for t in demonstrated) and len(fresh) == len(train) // 2
 
 
 def test_fresh_tasks_belong_to_the_search_job_and_leave_guidance_nothing_to_guide():
