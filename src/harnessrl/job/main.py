@@ -366,7 +366,8 @@ def validation_split(train: list[Task], size: int, rng: random.Random) -> list[T
     """`size` train tasks that keep each hop count's share of `train` (by the number of gold documents a task
     needs; shares rounded by largest remainder), drawn at random within each. A plain draw of 16 from the
     synthetic train split (64 / 67 / 65 tasks of 1 / 2 / 3 hops) held 2 / 4 / 10 for seed 0: validation then
-    succeeded at 0.06 where the held-out mix did at 0.18, and told the checkpoints apart by 1-2 episodes."""
+    succeeded at 0.06 where the held-out mix did at 0.18, and told the checkpoints apart by 1-2 episodes.
+    `fresh_split` draws RL's own tasks with it too (another seed string, from what validation left)."""
     strata: dict[int, list[Task]] = {}
     for task in train:
         strata.setdefault(len(task.data.get("gold_doc_ids", [])), []).append(task)
