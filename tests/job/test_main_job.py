@@ -116,6 +116,10 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
     ):
         assert (out / name).is_file(), name
     assert (out / "checkpoints" / "latest").is_file()
+    (trained,) = [read_jsonl(p, Episode) for p in (out / "rollouts").iterdir()]  # update-0001.jsonl: what it trained on
+    assert len(trained) == rl[0]["rollout/episodes"] and len({e.task.id for e in trained}) == rl[0]["rollout/groups"]
+    shown = cli("inspect", trained[-1].id, "--run", out)  # found in rollouts/ by its id
+    assert shown.exit_code == 0 and f"task {trained[-1].task.id}" in shown.stdout
 
     # the checkpoint is chosen on validation tasks set aside from the train split: before RL and after it
     validation = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
@@ -254,6 +258,7 @@ def test_fresh_tasks_are_set_aside_for_rl_by_hop_count_and_never_demonstrated():
 def test_a_run_with_fresh_tasks_demonstrates_only_the_rest(tmp_path):
     config = yaml.safe_load(MINIMAL)
     config["rl"]["fresh_tasks"] = 0.5
+    config["rl"]["updates"], config["rl"]["rollout"]["groups_per_update"] = 2, 4  # 8 tasks: RL's draw shows
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "run")
     assert done.exit_code == 0, done.stderr[-3000:]
@@ -262,6 +267,10 @@ def test_a_run_with_fresh_tasks_demonstrates_only_the_rest(tmp_path):
     demonstrated, fresh = main.fresh_split(train, 0.5, seed=0)
     demos = read_jsonl(tmp_path / "run" / "demos.jsonl", Episode)
     assert sorted(e.task.id for e in demos) == sorted(t.id for t in demonstrated) and len(fresh) == len(train) // 2
+    rollouts = sorted((tmp_path / "run" / "rollouts").glob("*.jsonl"))  # what each RL update trained on
+    assert [p.name for p in rollouts] == [f"update-{n:04d}.jsonl" for n in range(1, config["rl"]["updates"] + 1)]
+    trained = {e.task.id for p in rollouts for e in read_jsonl(p, Episode)}
+    assert trained and trained <= {t.id for t in fresh}
 
 
 def test_fresh_tasks_belong_to_the_search_job_and_leave_guidance_nothing_to_guide():

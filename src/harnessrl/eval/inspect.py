@@ -65,7 +65,7 @@ def load_episode(
 def _find_in_run(run: Path, episode_id: str) -> Episode:
     if not run.is_dir():
         raise EpisodeNotFound(f"{run}: no such run folder")
-    files = sorted(run.glob("*.jsonl"))
+    files = sorted(run.rglob("*.jsonl"))  # rollouts/ too
     for path in files:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):

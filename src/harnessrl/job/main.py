@@ -2,9 +2,10 @@
 held-out eval -> RL with the async rollout engine -> held-out eval, all in one run folder.
 
 Run folder: config.yaml (resolved), demos.jsonl, sft/ (metrics.jsonl, checkpoints/),
-eval_before.json / .jsonl, metrics.jsonl (RL), checkpoints/ (RL), validation.jsonl and best/ (the
-chosen weights), eval_after.json / .jsonl, phases.json (seconds per finished phase, and of every
-start's setup), rewards.png, heldout.png, summary.json.
+eval_before.json / .jsonl, metrics.jsonl (RL), rollouts/update-NNNN.jsonl (the episodes RL update N
+trained on), checkpoints/ (RL), validation.jsonl and best/ (the chosen weights), eval_after.json /
+.jsonl, phases.json (seconds per finished phase, and of every start's setup), rewards.png,
+heldout.png, summary.json.
 
 Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside (neither SFT nor RL
 sees them), each hop count (number of gold documents) keeping its share of the split. Before RL and
@@ -309,9 +310,11 @@ class _Job:
             return
         loop = asyncio.get_running_loop()
 
-        def checkpoint(_: dict) -> None:  # in the training thread, while rollouts go on
+        def checkpoint(_: dict, episodes: list[Episode]) -> None:  # in the training thread, while rollouts go on
             nonlocal done
             done += 1
+            (self.out / "rollouts").mkdir(exist_ok=True)
+            _dump(self.out / "rollouts" / f"update-{done:04d}.jsonl", episodes)
             if done % cfg.validate_every == 0 or done == cfg.updates:
                 asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
             if done % cfg.save_every == 0 or done == cfg.updates:
