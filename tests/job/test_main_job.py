@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from harnessrl.envs.search.data import synthetic
 from harnessrl.eval.evaluate import gain_ci
 from harnessrl.job import code, main, swarm
-from harnessrl.job.config import ConfigDefaultsWarning, JobConfig, SwarmJobConfig
+from harnessrl.job.config import ConfigDefaultsWarning, DataConfig, JobConfig, SwarmJobConfig
 from harnessrl.job.main import validation_split
 from harnessrl.train import TrainConfig
 from harnessrl.types import Episode, Task, read_jsonl
@@ -263,7 +263,11 @@ def test_a_run_with_fresh_tasks_demonstrates_only_the_rest(tmp_path):
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "run")
     assert done.exit_code == 0, done.stderr[-3000:]
     validation = set(json.loads((tmp_path / "run" / "validation.jsonl").read_text().splitlines()[0])["tasks"])
-    train = [t.task() for t in synthetic(0, people=240)[1] if t.split == "train" and t.id not in validation]
+    train = [
+        t.task()
+        for t in synthetic(0, people=DataConfig().synthetic_people)[1]
+        if t.split == "train" and t.id not in validation
+    ]
     demonstrated, fresh = main.fresh_split(train, 0.5, seed=0)
     demos = read_jsonl(tmp_path / "run" / "demos.jsonl", Episode)
     assert sorted(e.task.id for e in demos) == sorted(t.id for t in demonstrated) and len(fresh) == len(train) // 2
