@@ -450,7 +450,7 @@ def inspect_episode(
     episode_id: str | None = typer.Option(None, "--id", help="the episode of the file with this id"),
     run: Path | None = typer.Option(
         None,
-        help="run folder whose *.jsonl files (demos, eval_before, eval_after, rollouts/update-N, ...) are searched, in name order, for EPISODE as an id",
+        help="run folder whose *.jsonl files (demos, eval_before, eval_after, rollouts/update-N, ...) are searched, in path order, for EPISODE as an id",
     ),
     model: str = typer.Option("tiny-base", help="whose tokenizer decodes the ids: " + MODEL_HELP),
     logprobs: bool = typer.Option(
