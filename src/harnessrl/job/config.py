@@ -27,7 +27,8 @@ class DataConfig(_Strict):
     tasks: Path | None = Field(default=None, description="tasks.jsonl (split train / test)")
     synthetic_seed: int = 0
     # 340 since 2026-12-05 (240 before): 240 demonstrated tasks instead of 180 make a better warm start, and RL's gain
-    # was beyond noise in all three seeds (+0.185 mean, ending at 0.744 sampled; README, "The default since 2026-12-05, evening")
+    # was beyond noise in seeds 0-2 (+0.185 mean, ending at 0.744 sampled; a fourth, seed 3, -0.024; README, "The
+    # default since 2026-12-05, evening")
     synthetic_people: int = Field(
         default=340, ge=8, description="people in the synthetic corpus, one question each (a quarter held out)"
     )
