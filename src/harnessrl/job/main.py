@@ -309,12 +309,13 @@ class _Job:
         if cfg.updates - done <= 0:
             return
         loop = asyncio.get_running_loop()
+        rollouts = self.out / "rollouts"  # what each update trained on
+        rollouts.mkdir(exist_ok=True)
 
         def checkpoint(_: dict, episodes: list[Episode]) -> None:  # in the training thread, while rollouts go on
             nonlocal done
             done += 1
-            (self.out / "rollouts").mkdir(exist_ok=True)
-            _dump(self.out / "rollouts" / f"update-{done:04d}.jsonl", episodes)
+            _dump(rollouts / f"update-{done:04d}.jsonl", episodes)
             if done % cfg.validate_every == 0 or done == cfg.updates:
                 asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
             if done % cfg.save_every == 0 or done == cfg.updates:
