@@ -345,17 +345,12 @@ class Engine:
         for r in new:
             r.version = self.version
         first = self._sample(new, logits)
+        blocks = [[layer] for layer in kv]
         if self._rows:
-            total = max(self._mask.shape[1], width)
-            kv = [
-                (
-                    torch.cat([_left_pad(k0, total), _left_pad(k1, total)]),
-                    torch.cat([_left_pad(v0, total), _left_pad(v1, total)]),
-                )
-                for (k0, v0), (k1, v1) in zip(_kv(self._cache), kv)
-            ]
-            mask = torch.cat([_left_pad(self._mask, total), _left_pad(mask, total)])
-        self._rows, self._cache, self._mask = self._rows + new, _slab_cache(kv), mask
+            width = max(self._mask.shape[1], width)
+            blocks = [[old, *layer] for old, layer in zip(_kv(self._cache), blocks)]
+            mask = torch.cat([_left_pad(self._mask, width), _left_pad(mask, width)])
+        self._rows, self._cache, self._mask = self._rows + new, _slab_cache(blocks, width), mask
         self._last = torch.cat([self._last, first])
         self._evict_finished()
 
@@ -420,7 +415,9 @@ class Engine:
         self._mask = self._mask[index]
         start = int(self._mask.any(0).nonzero()[0])  # drop columns that are padding in every row
         self._mask = self._mask[:, start:]
-        self._cache = _slab_cache([(k[index, :, start:], v[index, :, start:]) for k, v in _kv(self._cache)])
+        runs = _runs(keep)  # the kept rows as slices: views, so each row is copied once, into the new cache
+        blocks = [[(k[run, :, start:], v[run, :, start:]) for run in runs] for k, v in _kv(self._cache)]
+        self._cache = _slab_cache(blocks, self._mask.shape[1])
         self._rows = [self._rows[i] for i in keep]
         self._last = self._last[index]
 
@@ -429,11 +426,10 @@ class _SlabLayer(DynamicLayer):
     """A cache layer whose keys / values are views of larger slabs: a decode step writes its new
     key and value in place instead of concatenating (DynamicLayer copies the whole cache per step)."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int = 128):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
         self.lazy_initialization(keys, values)
-        self._length = keys.shape[2]
-        self._slabs = [_with_room(keys, self._length + room), _with_room(values, self._length + room)]
+        self._length, self._slabs = length, [keys, values]
         self._view()
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -456,22 +452,44 @@ def _with_room(x: torch.Tensor, capacity: int) -> torch.Tensor:
     return slab
 
 
-def _slab_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
-    return Cache(layers=[_SlabLayer(k, v) for k, v in kv])
+def _slab_cache(layers: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int, room: int = 128) -> Cache:
+    """The batch's cache: each layer's blocks of rows ((b, H, t, D) keys and values, t <= width) stacked on the
+    batch axis, right-aligned at `width` tokens behind zeros, with `room` tokens to decode into. Each block is
+    copied once, straight into its slab: a join or an eviction copies the cache once, not three times."""
+    return Cache(layers=[_SlabLayer(_stack(keys, width, room), _stack(values, width, room), width)
+                         for keys, values in (zip(*blocks) for blocks in layers)])  # fmt: skip
+
+
+def _stack(blocks: tuple[torch.Tensor, ...], width: int, room: int) -> torch.Tensor:
+    first = blocks[0]
+    slab = first.new_empty(sum(b.shape[0] for b in blocks), first.shape[1], width + room, first.shape[3])
+    row = 0
+    for block in blocks:
+        rows, pad = block.shape[0], width - block.shape[2]
+        slab[row : row + rows, :, :pad] = 0  # masked, but never garbage: 0 * nan is nan in attention
+        slab[row : row + rows, :, pad:width] = block
+        row += rows
+    return slab
+
+
+def _runs(index: list[int]) -> list[slice]:
+    """Sorted row indices as slices of consecutive rows: [0, 1, 2, 5, 6] -> [0:3, 5:7]."""
+    runs: list[slice] = []
+    for i in index:
+        if runs and runs[-1].stop == i:
+            runs[-1] = slice(runs[-1].start, i + 1)
+        else:
+            runs.append(slice(i, i + 1))
+    return runs
 
 
 def _kv(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Left-pad the sequence axis (dim 2 of a (B, H, T, D) cache, dim 1 of a (B, T) mask) with zeros."""
-    axis = 2 if x.dim() == 4 else 1
-    missing = width - x.shape[axis]
-    if missing == 0:
-        return x
-    pad = [0, 0] * (x.dim() - 1 - axis) + [missing, 0]
-    return F.pad(x, pad)
+def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """Left-pad a (B, T) attention mask with zeros to `width` columns."""
+    return F.pad(mask, [width - mask.shape[1], 0])
 
 
 def _average(mean: float, value: float, weight: float = 0.2) -> float:
