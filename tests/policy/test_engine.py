@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from harnessrl.policy import SamplingParams
+from harnessrl.policy.engine import MIN_REUSE
 from harnessrl.policy.tiny import build_tiny
 
 
@@ -212,3 +213,33 @@ def test_a_transformers_below_the_floor_is_refused_by_name():
     check_transformers(TRANSFORMERS_NEEDED)
     with pytest.raises(ImportError, match=r"transformers>=5\.24 .* has 5\.17\.0"):
         check_transformers("5.17.0")
+
+
+async def test_rows_done_at_their_first_token_leave_the_batch_and_keep_their_prefix():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    engine = policy.engine
+    engine.prefix_cache = 4096
+    try:
+        prompts = _prompts(policy, 8)
+        long = asyncio.ensure_future(
+            engine.generate(prompts[0], SamplingParams(max_tokens=300, seed=1, ignore_eos=True))
+        )
+        kept = [p for p in prompts if len(p) > MIN_REUSE]  # shorter ones are prefilled whole, never from the cache
+        await asyncio.sleep(0.2)  # decoding: the one-token rows join its batch and leave it at once
+        first = await asyncio.gather(
+            *(engine.generate(p, SamplingParams(max_tokens=1, seed=i)) for i, p in enumerate(kept))
+        )
+        tool = policy.encode(" the tool said: Halkamir")
+        turns = [p + c.ids + tool for p, (c,) in zip(kept, first)]
+        second = await asyncio.gather(*(engine.generate(t, SamplingParams(max_tokens=5, seed=7)) for t in turns))
+        assert engine.prefix_hits == len(kept) == 4  # each kept its prompt's KV (its one token was never fed)
+        assert engine.prefix_tokens_reused == sum(map(len, kept))
+        ran_on = await long
+        assert len(ran_on[0].ids) == 300
+        for prompt, (completion,) in [*zip(turns, second), (prompts[0], ran_on)]:
+            ref = _reference_logprobs(policy.model, prompt, completion.ids)
+            assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
+    finally:
+        policy.close()

@@ -216,10 +216,11 @@ class Engine:
             with self._step_lock, torch.inference_mode():
                 try:
                     self._prefill_step()
+                    self._rebuild()
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*self._prefilling, *self._rows]:
+                    for row in [*self._prefilling, *self._rows, *(r for rows, *_ in self._joining for r in rows)]:
                         if not row.future.done():
                             row.future.set_exception(exc)
                     self._prefilling = []
@@ -238,6 +239,7 @@ class Engine:
         self._cache: Cache | None = None  # per layer keys / values (B, H, T, D)
         self._mask = torch.zeros(0, 0, dtype=torch.long)  # (B, T) 1 = real token
         self._last = torch.zeros(0, dtype=torch.long)  # (B,) sampled, not yet in the cache
+        self._joining: list[tuple] = []  # this step's prefilled rows: (rows, per-layer KV, mask, first tokens)
 
     def _prefill_step(self) -> None:
         """This step's prefill: short prompts together (shortest first, within the budget), then one
@@ -306,12 +308,12 @@ class Engine:
         self.prefix_hits += 1
         self.prefix_tokens_reused += length
 
-    def _keep_prefix(self, i: int, r: _Row) -> None:
+    def _keep_prefix(self, kv: list, i: int, r: _Row) -> None:
         """Keep finished row i's KV (its prompt and every sampled token but the last, which was never fed)."""
         n = len(r.prompt) + len(r.ids) - 1
         if r.version != self.version or n > self.prefix_cache:  # drawn across a weight update, or too long
             return
-        kv = [(k[i : i + 1, :, -n:].clone(), v[i : i + 1, :, -n:].clone()) for k, v in _kv(self._cache)]
+        kv = [(k[i : i + 1, :, -n:].clone(), v[i : i + 1, :, -n:].clone()) for k, v in kv]
         self._prefixes[next(self._kept)] = (torch.tensor(r.prompt + r.ids[:-1]), kv)
         while sum(len(ids) for ids, _ in self._prefixes.values()) > self.prefix_cache:
             self._prefixes.popitem(last=False)
@@ -340,19 +342,37 @@ class Engine:
         return True
 
     def _join(self, new: list[_Row], kv: list, mask: torch.Tensor, logits: torch.Tensor) -> None:
-        """Sample the first tokens of prefilled rows and merge their KV rows into the running batch."""
-        width = mask.shape[1]
+        """Sample the first tokens of prefilled rows; they join the running batch at this step's `_rebuild`."""
         for r in new:
             r.version = self.version
-        first = self._sample(new, logits)
-        blocks = [[layer] for layer in kv]
-        if self._rows:
-            width = max(self._mask.shape[1], width)
-            blocks = [[old, *layer] for old, layer in zip(_kv(self._cache), blocks)]
-            mask = torch.cat([_left_pad(self._mask, width), _left_pad(mask, width)])
-        self._rows, self._cache, self._mask = self._rows + new, _slab_cache(blocks, width), mask
-        self._last = torch.cat([self._last, first])
-        self._evict_finished()
+        self._joining.append((new, kv, mask, self._sample(new, logits)))
+        self._resolve(new, kv)
+
+    def _rebuild(self) -> None:
+        """Merge this step's prefilled rows into the batch and drop its finished ones, in one copy of the cache
+        (none when neither happened): a step where eight rows finish and eight next turns join copies it once."""
+        joining, self._joining = self._joining, []
+        if not joining and not any(r.future.done() for r in self._rows):
+            return
+        parts = [(self._rows, _kv(self._cache), self._mask, self._last)] if self._rows else []
+        rows, masks, last, blocks = [], [], [], [[] for _ in (parts or joining)[0][1]]
+        for part_rows, kv, mask, part_last in parts + joining:
+            keep = [i for i, r in enumerate(part_rows) if not r.future.done()]
+            if not keep:
+                continue
+            mask = mask[keep]
+            start = int(mask.any(0).nonzero()[0])  # drop columns that are padding in every kept row
+            for layer, (k, v) in zip(blocks, kv):  # slices of consecutive rows: views, copied once, into the slab
+                layer += [(k[run, :, start:], v[run, :, start:]) for run in _runs(keep)]
+            rows += [part_rows[i] for i in keep]
+            masks.append(mask[:, start:])
+            last.append(part_last[keep])
+        if not rows:
+            self._reset_batch()
+            return
+        width = max(m.shape[1] for m in masks)
+        self._rows, self._cache = rows, _slab_cache(blocks, width)
+        self._mask, self._last = torch.cat([_left_pad(m, width) for m in masks]), torch.cat(last)
 
     def _decode_step(self) -> None:
         """Feed every row its last sampled token; sample the next one."""
@@ -367,7 +387,7 @@ class Engine:
             input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=self._cache
         )
         self._last = self._sample(self._rows, out.logits[:, -1])
-        self._evict_finished()
+        self._resolve(self._rows, _kv(self._cache))
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
         temperature = torch.tensor([r.params.temperature for r in rows])
@@ -396,30 +416,18 @@ class Engine:
         tail = self.decode(r.ids[-(4 * max(map(len, r.params.stop)) + 4) :])
         return next((s for s in r.params.stop if s in tail), None)
 
-    def _evict_finished(self) -> None:
-        """Resolve finished rows and drop them, and rows whose caller cancelled, from the batch."""
-        keep = [i for i, r in enumerate(self._rows) if r.done is None and not r.future.abandoned]
-        for i, r in enumerate(self._rows):
-            if r.done is not None and self.prefix_cache:
-                self._keep_prefix(i, r)
+    def _resolve(self, rows: list[_Row], kv: list) -> None:
+        """Resolve rows that finished (keeping their KV for later prompts) and rows whose caller cancelled;
+        `_rebuild` drops them from the batch."""
+        for i, r in enumerate(rows):
+            if r.future.done():
+                continue
             if r.done is not None:
+                if self.prefix_cache:
+                    self._keep_prefix(kv, i, r)
                 r.future.set_result(r.done)
             elif r.future.abandoned:
                 r.future.set_exception(asyncio.CancelledError())
-        if len(keep) == len(self._rows):
-            return
-        if not keep:
-            self._reset_batch()
-            return
-        index = torch.tensor(keep)
-        self._mask = self._mask[index]
-        start = int(self._mask.any(0).nonzero()[0])  # drop columns that are padding in every row
-        self._mask = self._mask[:, start:]
-        runs = _runs(keep)  # the kept rows as slices: views, so each row is copied once, into the new cache
-        blocks = [[(k[run, :, start:], v[run, :, start:]) for run in runs] for k, v in _kv(self._cache)]
-        self._cache = _slab_cache(blocks, self._mask.shape[1])
-        self._rows = [self._rows[i] for i in keep]
-        self._last = self._last[index]
 
 
 class _SlabLayer(DynamicLayer):
