@@ -71,6 +71,7 @@ def check_transformers(version: str) -> None:
 
 check_transformers(transformers.__version__)
 
+RIDE_ALONG = 8  # finished rows stay in the batch until a join, or until they are 1 / RIDE_ALONG of it
 MIN_REUSE = 32  # fewer shared tokens than this: the prompt is prefilled whole, batched with the other short ones
 
 
@@ -180,7 +181,8 @@ class Engine:
     @property
     def active(self) -> int:
         """Requests admitted and not yet finished (prefilling or decoding)."""
-        return len(self._rows) + len(self._prefilling)
+        batch = [*self._rows, *(r for rows, *_ in self._joining for r in rows)]
+        return sum(not r.future.done() for r in batch) + len(self._prefilling)
 
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         return self.submit(prompt_ids, params).result()
@@ -349,10 +351,13 @@ class Engine:
         self._resolve(new, kv)
 
     def _rebuild(self) -> None:
-        """Merge this step's prefilled rows into the batch and drop its finished ones, in one copy of the cache
-        (none when neither happened): a step where eight rows finish and eight next turns join copies it once."""
+        """Merge this step's prefilled rows into the batch and drop its finished ones, in one copy of the cache:
+        a step where eight rows finish and eight next turns join copies it once. Without a join, finished rows
+        ride along (fed, their tokens dropped) until they are 1 / RIDE_ALONG of the batch: an agent's finished
+        turn is mostly followed, a few steps later, by its next turn's join, which then drops it for free."""
         joining, self._joining = self._joining, []
-        if not joining and not any(r.future.done() for r in self._rows):
+        finished = sum(r.future.done() for r in self._rows)
+        if not joining and (not self._rows or RIDE_ALONG * finished < len(self._rows)):
             return
         parts = [(self._rows, _kv(self._cache), self._mask, self._last)] if self._rows else []
         rows, masks, last, blocks = [], [], [], [[] for _ in (parts or joining)[0][1]]
@@ -386,7 +391,8 @@ class Engine:
         out = self.model(
             input_ids=self._last[:, None], attention_mask=self._mask, position_ids=positions, cache=self._cache
         )
-        self._last = self._sample(self._rows, out.logits[:, -1])
+        live = [i for i, r in enumerate(self._rows) if not r.future.done()]  # finished rows ride along
+        self._last[live] = self._sample([self._rows[i] for i in live], out.logits[live, -1])
         self._resolve(self._rows, _kv(self._cache))
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
