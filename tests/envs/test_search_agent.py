@@ -1,4 +1,5 @@
 import asyncio
+import json
 
 import pytest
 from pydantic import ValidationError
@@ -26,8 +27,8 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     first = run.search_corpus(tasks[2].question)
     ids = [line.split("]")[0][1:] for line in first.splitlines()]
     assert len(ids) == 3 and all(i in run.shown for i in ids)
-    again = run.search_corpus(tasks[2].question)
-    assert not set(ids) & {line.split("]")[0][1:] for line in again.splitlines()}
+    again = [line.split("]")[0][1:] for line in run.search_corpus(tasks[2].question).splitlines()]
+    assert not set(ids) & set(again)
     run.messages = [{"role": "tool", "content": first}]
     assert run.prune_chunks([ids[0], "never-shown#0"]) == "pruned 1"
     assert f"[{ids[0]}]" not in run.messages[0]["content"] and f"[{ids[1]}] " in run.messages[0]["content"]
@@ -38,8 +39,10 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     doc = ids[1].split("#")[0]  # a document id also drops its chunks shown by a search
     assert run.prune_chunks([doc]) == "pruned 1" and f"[{ids[1]}]" not in run.messages[0]["content"]
     assert run.read_document("nope").startswith("error:")
-    run.used = 60
-    assert "consider prune_chunks" in run._usage()
+    run.used = 60  # over half: the four oldest chunks still in context, in the order they were shown
+    shown = [*ids, *again, *(c.id for c in idx.chunks_of("person-2"))]
+    left = [c for c in shown if c != ids[0] and c.split("#")[0] not in {"person-2", doc}]
+    assert f"consider prune_chunks({json.dumps(left[:4])})" in run._usage()
     run.used = 100
     assert "only prune_chunks and answer" in run._usage()
 

@@ -43,7 +43,7 @@ class _Run:
 
     def __init__(self, agent: SearchAgent, task: Task):
         self.agent, self.task = agent, task
-        self.shown: set[str] = set()  # chunk ids ever shown (excluded from later searches)
+        self.shown: dict[str, None] = {}  # chunk ids ever shown, oldest first (excluded from later searches)
         self.seen_docs: list[str] = []  # documents whose text entered the context, in order
         self.pruned: set[str] = set()
         self.used = 0  # tokens of the last request (prompt + completion)
@@ -70,7 +70,7 @@ class _Run:
         if doc is None:
             return f"error: no document {doc_id!r}"
         self._saw(doc_id)
-        self.shown.update(c.id for c in self.agent.index.chunks_of(doc_id))  # its text is in context now
+        self.shown.update(dict.fromkeys(c.id for c in self.agent.index.chunks_of(doc_id)))  # its text is in context now
         return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
@@ -134,7 +134,7 @@ class _Run:
         if not chunks:
             return "no new chunks"
         for c in chunks:
-            self.shown.add(c.id)
+            self.shown[c.id] = None
             self._saw(c.doc_id)
         return "\n".join(f"[{c.id}] {c.text}" for c in chunks)
 
@@ -147,7 +147,8 @@ class _Run:
         if self.used >= self.agent.budget:
             return line + " Budget reached: only prune_chunks and answer work now."
         if self.used > self.agent.budget / 2:
-            unpruned = [c for c in self.shown if c not in self.pruned][:4]
+            # the oldest chunks still in context (not pruned, nor their document): the same in every process
+            unpruned = [c for c in self.shown if c not in self.pruned and c.split("#")[0] not in self.pruned][:4]
             return line + f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
         return line
 

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,7 @@ class SearchIndex:
         self.bm25 = bm25s.BM25()
         self.bm25.index(bm25s.tokenize([c.text for c in self.chunks], show_progress=False), show_progress=False)
 
-    def search(self, query: str, k: int = 5, exclude: frozenset[str] | set[str] = frozenset()) -> list[Chunk]:
+    def search(self, query: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
         """Top-k chunks by reciprocal rank fusion of dense and BM25 ranks, skipping `exclude`."""
         import bm25s
 
@@ -92,7 +93,7 @@ class SearchIndex:
     def _query_vector(self, query: str) -> list[float]:
         return self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
 
-    def grep(self, pattern: str, k: int = 5, exclude: frozenset[str] | set[str] = frozenset()) -> list[Chunk]:
+    def grep(self, pattern: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
         """Chunks whose text matches a regular expression (case-insensitive), in corpus order."""
         regex = re.compile(pattern, re.I)
         return [c for c in self.chunks if c.id not in exclude and regex.search(c.text)][:k]
