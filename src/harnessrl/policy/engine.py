@@ -469,7 +469,7 @@ def _with_room(x: torch.Tensor, capacity: int) -> torch.Tensor:
 def _slab_cache(layers: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int, room: int = 128) -> Cache:
     """The batch's cache: each layer's blocks of rows ((b, H, t, D) keys and values, t <= width) stacked on the
     batch axis, right-aligned at `width` tokens behind zeros, with `room` tokens to decode into. Each block is
-    copied once, straight into its slab: a join or an eviction copies the cache once, not three times."""
+    copied once, straight into its slab (no padded or concatenated copy in between)."""
     return Cache(layers=[_SlabLayer(_stack(keys, width, room), _stack(values, width, room), width)
                          for keys, values in (zip(*blocks) for blocks in layers)])  # fmt: skip
 
