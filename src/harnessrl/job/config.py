@@ -27,7 +27,7 @@ class DataConfig(_Strict):
     tasks: Path | None = Field(default=None, description="tasks.jsonl (split train / test)")
     synthetic_seed: int = 0
     # 340 since 2026-12-05 (240 before): 240 demonstrated tasks instead of 180 make a better warm start (same held-out
-    # questions, seed 0). RL's gain over nine runs of it: +0.077 mean, four intervals of nine above 0 (seeds 0-2 that
+    # questions, seed 0). RL's gain over ten runs of it: +0.087 mean, five intervals of ten above 0 (seeds 0-2 that
     # evening +0.185, rerun that night +0.046; README, "The default since 2026-12-05, evening" and the rerun below it)
     synthetic_people: int = Field(
         default=340, ge=8, description="people in the synthetic corpus, one question each (a quarter held out)"
