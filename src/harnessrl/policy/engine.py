@@ -449,7 +449,9 @@ class _SlabLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         end = self._length + key_states.shape[2]
         if end > self._slabs[0].shape[2]:
-            self._slabs = [_with_room(slab[:, :, : self._length], 2 * end) for slab in self._slabs]
+            self._slabs = [
+                _stack((slab[:, :, : self._length],), self._length, 2 * end - self._length) for slab in self._slabs
+            ]
         self._slabs[0][:, :, self._length : end] = key_states
         self._slabs[1][:, :, self._length : end] = value_states
         self._length = end
@@ -458,12 +460,6 @@ class _SlabLayer(DynamicLayer):
 
     def _view(self) -> None:
         self.keys, self.values = (slab[:, :, : self._length] for slab in self._slabs)
-
-
-def _with_room(x: torch.Tensor, capacity: int) -> torch.Tensor:
-    slab = x.new_empty(x.shape[0], x.shape[1], capacity, x.shape[3])
-    slab[:, :, : x.shape[2]] = x
-    return slab
 
 
 def _slab_cache(layers: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int, room: int = 128) -> Cache:
