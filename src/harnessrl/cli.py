@@ -249,6 +249,11 @@ def train(
         None,
         help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
     ),
+    warm_start: Path | None = typer.Option(
+        None,
+        help="a finished search run whose demonstrations, SFT weights and eval before this run copies, so only RL and "
+        "the eval after run (to compare RL configs on one warm start); the config must agree with the run's outside rl",
+    ),
 ) -> None:
     """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after
     (with `swarm:` in the config, the swarm job: an orchestrator over frozen search sub-agents, docs/swarm.md;
@@ -265,9 +270,10 @@ def train(
 
     try:
         if resume is not None:
-            if any(x is not None for x in (config, corpus, tasks, model, tool_format)):
+            if any(x is not None for x in (config, corpus, tasks, model, tool_format, warm_start)):
                 raise ValueError(
-                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model or --tool-format"
+                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model, "
+                    "--tool-format or --warm-start"
                 )
             job = JobConfig.load_run(resume)
             out, summary = resume, job_module(job).resume(resume)
@@ -278,7 +284,12 @@ def train(
             if corpus is not None:
                 job.data.corpus, job.data.tasks = corpus, tasks
             job.model, job.tool_format = model or job.model, tool_format or job.tool_format
-            summary = job_module(job).run(job, out)  # refused where out holds a run with another config
+            if warm_start is not None:
+                if job_module(job) is not main:
+                    raise ValueError("--warm-start is for the search job (a config without swarm: or code:)")
+                summary = main.from_warm_start(job, out, warm_start)
+            else:
+                summary = job_module(job).run(job, out)  # refused where out holds a run with another config
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -303,6 +303,31 @@ def test_a_run_config_written_before_a_key_existed_is_resumed_with_a_warning_nam
         JobConfig.load_run(tmp_path)
 
 
+def test_a_run_from_another_runs_warm_start_copies_it_and_runs_only_rl(minimal_run, tmp_path):
+    config = yaml.safe_load((minimal_run / "config.yaml").read_text())
+    config["rl"]["updates"], config["rl"]["train"]["lr"] = 2, 3e-4  # RL keys may differ
+    (tmp_path / "rl.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "rl-run"
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", str(tmp_path / "rl.yaml"), "--warm-start",
+                           str(minimal_run), "--out", str(out)], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("demos.jsonl", "eval_before.json", "eval_before.jsonl", "sft/metrics.jsonl"):
+        assert (out / name).read_text() == (minimal_run / name).read_text()  # copied: no demo or SFT step made again
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rl_updates"] == 2 and len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    assert summary["warm_start"] == str(minimal_run.resolve())
+    copied = json.loads((minimal_run / "phases.json").read_text())
+    assert summary["phase_seconds"]["sft"] == copied["sft"] and "rl" in summary["phase_seconds"]  # the whole job's
+    # what made the warm start may not differ: the seed, SFT, the validation tasks
+    config["seed"], config["sft"]["steps"], config["rl"]["validation_tasks"] = 1, 2, 3
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(config))
+    bad = cli("train", tmp_path / "other.yaml", "--warm-start", minimal_run, "--out", tmp_path / "other")
+    assert bad.exit_code == 2 and "differs in rl.validation_tasks, seed, sft.steps" in bad.stderr
+    assert not (tmp_path / "other").exists()
+    mixed = cli("train", tmp_path / "rl.yaml", "--warm-start", minimal_run, "--out", minimal_run)  # a run of its own
+    assert mixed.exit_code == 2 and "not started from the warm start" in mixed.stderr
+
+
 def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(minimal_run, tmp_path):
     (tmp_path / "job.yaml").write_text(MINIMAL)
     out = tmp_path / "run"

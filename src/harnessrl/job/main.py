@@ -102,6 +102,49 @@ def resume(out: Path, progress: bool = True) -> dict:
     return asyncio.run(_Job(JobConfig.load_run(out), out, progress).run())
 
 
+# what `from_warm_start` copies: the phases before RL, and their seconds (so wall_seconds stays the whole job's)
+WARM_START_FILES = ("demos.jsonl", "sft", "eval_before.json", "eval_before.jsonl", "eval_before_greedy.jsonl")
+WARM_START_PHASES = ("demos", "sft", "eval_before")
+WARM_START_FREE = {"rl", "reward", "prefix_cache", "loggers"}  # config blocks that do not change what those made
+WARM_START_BOUND = ("rl.validation_tasks", "rl.fresh_tasks", "rl.train.lora")  # ... but these do (the tasks, LoRA)
+
+
+def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool = True) -> dict:
+    """Run `config` from the warm start of the finished run `source`: its demonstrations, SFT weights and held-out
+    eval before are copied into `out`, so only RL and the eval after run. Comparing RL configs this way takes half a
+    job each and pairs them on one warm start. `config` must agree with `source`'s in every key that made those
+    phases (all but rl, reward, prefix_cache and loggers; and rl.validation_tasks, rl.fresh_tasks, rl.train.lora):
+    a ValueError names the keys that differ."""
+    made = JobConfig.load_run(source)
+    if not (source / "eval_before.json").is_file():
+        raise ValueError(f"--warm-start {source}: its warm start is not finished (no eval_before.json)")
+    changed = [
+        key
+        for key in _changed(made.model_dump(mode="json"), config.model_dump(mode="json"))
+        if key.split(".")[0] not in WARM_START_FREE or key.startswith(WARM_START_BOUND)
+    ]
+    if changed:
+        raise ValueError(
+            f"--warm-start {source}: the config differs in {', '.join(changed)}, which made its warm start"
+        )
+    marker, origin = out / "warm_start.json", {"from": str(source.resolve())}
+    if (out / "config.yaml").is_file() and (not marker.is_file() or json.loads(marker.read_text()) != origin):
+        raise ValueError(f"{out} holds a run not started from the warm start of {source}: give another --out")
+    start_run(config, out)  # refuses a folder holding this warm start's copy with another config
+    marker.write_text(json.dumps(origin))
+    for name in WARM_START_FILES:  # each copied whole, then renamed: a copy cut short is made again
+        if (source / name).exists() and not (out / name).exists():
+            partial = out / f"{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            (shutil.copytree if (source / name).is_dir() else shutil.copyfile)(source / name, partial)
+            partial.rename(out / name)
+    seconds = json.loads((source / "phases.json").read_text()) if (source / "phases.json").is_file() else {}
+    phases = out / "phases.json"
+    done = json.loads(phases.read_text()) if phases.is_file() else {}
+    phases.write_text(json.dumps({k: seconds[k] for k in WARM_START_PHASES if k in seconds} | done, indent=1))
+    return asyncio.run(_Job(config, out, progress).run())
+
+
 class _Job:
     VALIDATION_METRIC = "success"  # what validation.jsonl records per update and best/ maximises
 
@@ -169,6 +212,7 @@ class _Job:
         held = {when: read_jsonl(self.out / f"eval_{when}.jsonl", Episode) for when in ("before", "after")}
         greedy_held = {w: read_jsonl(self.out / f"eval_{w}_greedy.jsonl", Episode) for w in ("before", "after")}
         documents = {d.id: d for d in docs}
+        warm = out / "warm_start.json"
         summary = {
             "heldout_tasks": len(test),
             "heldout_success_before": before["sampled"],
@@ -189,6 +233,7 @@ class _Job:
             "wall_seconds": sum(self.seconds.values()),
             "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,  # this process, Linux: KiB
             "phase_seconds": self.seconds,
+            "warm_start": json.loads(warm.read_text())["from"] if warm.is_file() else None,  # from_warm_start's source
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         for alarm in summary["training_trend"]["alarms"]:  # found, to be explained: never averaged away
