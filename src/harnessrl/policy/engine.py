@@ -181,8 +181,11 @@ class Engine:
     @property
     def active(self) -> int:
         """Requests admitted and not yet finished (prefilling or decoding)."""
-        batch = [*self._rows, *(r for rows, *_ in self._joining for r in rows)]
-        return sum(not r.future.done() for r in batch) + len(self._prefilling)
+        return sum(not r.future.done() for r in self._batch_rows()) + len(self._prefilling)
+
+    def _batch_rows(self) -> list[_Row]:
+        """The batch's rows (finished ones riding along included) and this step's prefilled rows about to join it."""
+        return [*self._rows, *(r for rows, *_ in self._joining for r in rows)]
 
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         return self.submit(prompt_ids, params).result()
@@ -222,7 +225,7 @@ class Engine:
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*self._prefilling, *self._rows, *(r for rows, *_ in self._joining for r in rows)]:
+                    for row in [*self._prefilling, *self._batch_rows()]:
                         if not row.future.done():
                             row.future.set_exception(exc)
                     self._prefilling = []
