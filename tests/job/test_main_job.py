@@ -328,6 +328,25 @@ def test_a_run_from_another_runs_warm_start_copies_it_and_runs_only_rl(minimal_r
     assert mixed.exit_code == 2 and "not started from the warm start" in mixed.stderr
 
 
+def test_a_time_budget_spent_before_rl_leaves_the_warm_start_and_says_so(minimal_run, tmp_path, caplog):
+    """budget_seconds ends RL at the first update after which one more, a validation and the eval after would not
+    fit; here the copied phases alone are over it, so RL makes none, and a resume does not go on."""
+    config = yaml.safe_load((minimal_run / "config.yaml").read_text())
+    config["rl"]["updates"], config["budget_seconds"] = 3, 0.5
+    (tmp_path / "budget.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "run"
+    done = cli("train", tmp_path / "budget.yaml", "--warm-start", minimal_run, "--out", out)
+    assert done.exit_code == 0, done.output[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    stop = summary["budget_stop"]
+    assert summary["rl_updates"] == 0 and summary["chosen_update"] == 0 and not (out / "metrics.jsonl").exists()
+    assert stop["update"] == 0 and stop["budget"] == 0.5 and stop["projected_seconds"] > stop["seconds"] > 0.5
+    assert summary["budget_seconds"] == 0.5 and "budget_seconds 0.5: RL ends at update 0 of 3" in caplog.text
+    assert (out / "eval_after.jsonl").read_bytes() == (out / "eval_before.jsonl").read_bytes()
+    again = cli("train", "--resume", out)
+    assert again.exit_code == 0 and json.loads((out / "summary.json").read_text())["rl_updates"] == 0
+
+
 def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(minimal_run, tmp_path):
     (tmp_path / "job.yaml").write_text(MINIMAL)
     out = tmp_path / "run"

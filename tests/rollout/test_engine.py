@@ -106,6 +106,14 @@ def test_training_runs_synchronously_and_with_a_staleness_bound(setup, tmp_path,
         assert m.get("policy/staleness", 0) <= staleness
     # admission keeps at most k x groups_per_update groups ahead: none sampled in vain, none waiting
     assert engine.counts["dropped_stale"] == 0
+    # an on_update that returns True ends training after that update (a job's time budget)
+    seen = []
+    stopped = asyncio.run(
+        engine.train(
+            trainer, tasks, 3, progress=False, on_update=lambda _, episodes: seen.append(len(episodes)) or True
+        )
+    )
+    assert len(stopped) == 1 and seen == [8] and policy.version == 4
 
 
 @pytest.mark.parametrize("staleness", [0, 1])

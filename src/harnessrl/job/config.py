@@ -233,6 +233,13 @@ class JobConfig(_Strict):
         "prefilled from where its last one ended (0 = off; engine.py)",
     )
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
+    budget_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="the job's wall-clock budget: RL ends before rl.updates when one more update, a validation and the "
+        "eval after (each as long as this run measured it) would take the job past it; the phases before RL are not "
+        "cut. None = rl.updates always",
+    )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
     )

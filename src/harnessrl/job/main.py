@@ -105,7 +105,13 @@ def resume(out: Path, progress: bool = True) -> dict:
 # what `from_warm_start` copies: the phases before RL, and their seconds (so wall_seconds stays the whole job's)
 WARM_START_FILES = ("demos.jsonl", "sft", "eval_before.json", "eval_before.jsonl", "eval_before_greedy.jsonl")
 WARM_START_PHASES = ("demos", "sft", "eval_before")
-WARM_START_FREE = {"rl", "reward", "prefix_cache", "loggers"}  # config blocks that do not change what those made
+WARM_START_FREE = {
+    "rl",
+    "reward",
+    "prefix_cache",
+    "loggers",
+    "budget_seconds",
+}  # config blocks that do not change what those made
 WARM_START_BOUND = ("rl.validation_tasks", "rl.fresh_tasks", "rl.train.lora")  # ... but these do (the tasks, LoRA)
 
 
@@ -150,6 +156,7 @@ class _Job:
 
     def __init__(self, config: JobConfig, out: Path, progress: bool):
         self.config, self.out, self.progress = config, out, progress
+        self.rl_updates = 0  # updates RL has made (fewer than rl.updates where budget_seconds ended it)
         self.validation: list[Task] = []  # train tasks set aside to choose the checkpoint (none: the last)
         phases = out / "phases.json"
         self.seconds: dict[str, float] = json.loads(phases.read_text()) if phases.is_file() else {}
@@ -226,7 +233,9 @@ class _Job:
             "heldout_by_family": _heldout_by(held, group_by_family),
             **{f"error_classes_{when}": _error_classes(episodes, documents) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
-            "rl_updates": config.rl.updates,
+            "rl_updates": self.rl_updates,
+            "budget_seconds": config.budget_seconds,
+            "budget_stop": self._budget_stop(),
             "training_trend": training_trend(out / "metrics.jsonl"),
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
@@ -335,12 +344,14 @@ class _Job:
         for path in sorted(files, key=lambda p: p.suffix == ".json"):  # each .json last: it marks its phase done
             shutil.copyfile(path, self.out / path.name.replace("eval_before", "eval_after", 1))
 
-    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, guides=None):
+    async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, guides=None) -> None:
         """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the
         job chose it), validation of `self.validation` (if any) before the first update of a fresh run and
         every `rl.validate_every` updates, and a checkpoint every `save_every` updates (numbered by update:
-        an update whose groups all tied keeps trainer.step as it was)."""
-        cfg = self.config.rl
+        an update whose groups all tied keeps trainer.step as it was). With `budget_seconds`, RL ends (validated
+        and saved) at the first update after which one more update, a validation and the eval after would not fit
+        (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
+        cfg, started = self.config.rl, time.perf_counter()
         trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
         checkpoints = self.out / "checkpoints"
@@ -349,26 +360,69 @@ class _Job:
             done = trainer.resume(latest).get("updates", trainer.step)
         else:
             trainer.forget_after(0)
+        self.rl_updates = done
         if done == 0:
             await self._validate(0, harness, trainer)
-        if cfg.updates - done <= 0:
+        if cfg.updates - done <= 0 or self._budget_stop() is not None:
+            return
+        if stop := self._over_budget(started, 0.0, done):  # no time for an update (or, resumed, for another one)
+            await self._validate(done, harness, trainer)
+            (self.out / "budget_stop.json").write_text(json.dumps(stop))
             return
         loop = asyncio.get_running_loop()
         rollouts = self.out / "rollouts"  # what each update trained on
         rollouts.mkdir(exist_ok=True)
+        updating, validating, updates = time.perf_counter(), 0.0, 0  # this process's RL: seconds in validation, updates
 
-        def checkpoint(_: dict, episodes: list[Episode]) -> None:  # in the training thread, while rollouts go on
-            nonlocal done
-            done += 1
+        def checkpoint(_: dict, episodes: list[Episode]) -> bool:  # in the training thread, while rollouts go on
+            nonlocal done, validating, updates
+            done, updates = done + 1, updates + 1
+            self.rl_updates = done
             _dump(rollouts / f"update-{done:04d}.jsonl", episodes)
-            if done % cfg.validate_every == 0 or done == cfg.updates:
+
+            def validate() -> None:
+                nonlocal validating
+                begun = time.perf_counter()
                 asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
-            if done % cfg.save_every == 0 or done == cfg.updates:
+                validating += time.perf_counter() - begun
+
+            if done % cfg.validate_every == 0 or done == cfg.updates:
+                validate()
+            per_update = (time.perf_counter() - updating - validating) / updates
+            stop = self._over_budget(started, per_update, done) if done < cfg.updates else None
+            if stop:  # the last update: validated (a no-op where it just was) and saved
+                validate()
+            if done % cfg.save_every == 0 or done == cfg.updates or stop:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
+            if stop:
+                (self.out / "budget_stop.json").write_text(json.dumps(stop))
+            return stop is not None
 
         engine = RolloutEngine(self.gateway, harness, reward, rollout, guides)
         tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
+
+    def _over_budget(self, started: float, per_update: float, done: int) -> dict | None:
+        """Where RL ends (budget_stop.json's record), if the job would pass `budget_seconds` with one more update
+        (`per_update` seconds; 0 before the first), a validation and the eval after (as long as the eval before)."""
+        budget = self.config.budget_seconds
+        if budget is None:
+            return None
+        spent = sum(v for k, v in self.seconds.items() if k != "rl") + time.perf_counter() - started
+        records = self._validation_records()
+        validation = records[-1].get("seconds", 0.0) if records else 0.0
+        evaluation = sum(v for k, v in self.seconds.items() if k.startswith("eval_before"))
+        projected = spent + per_update + validation + evaluation
+        if projected <= budget:
+            return None
+        log.warning("budget_seconds %s: RL ends at update %d of %d (projected %.0f s)", budget, done,
+                    self.config.rl.updates, projected)  # fmt: skip
+        return {"update": done, "seconds": round(spent, 1), "projected_seconds": round(projected, 1), "budget": budget}
+
+    def _budget_stop(self) -> dict | None:
+        """budget_stop.json: where the time budget ended RL ({update, seconds, projected_seconds, budget}), or None."""
+        path = self.out / "budget_stop.json"
+        return json.loads(path.read_text()) if path.is_file() else None
 
     async def _validate(self, update: int, harness, trainer: Trainer) -> None:
         """Validation score of the current weights; they go to best/ when no earlier update beat them."""
@@ -376,6 +430,7 @@ class _Job:
         if not self.validation or any(r["update"] == update for r in records):
             return
         episodes = [t for t in self.validation for _ in range(self.config.rl.validation_repeats)]
+        begun = time.perf_counter()
         score = await self._validation_score(harness, episodes)
         if score >= max((r[self.VALIDATION_METRIC] for r in records), default=-1.0):
             tmp = self.out / ".best.tmp"
@@ -389,12 +444,13 @@ class _Job:
             self.VALIDATION_METRIC: score,
             "episodes": len(episodes),
             "tasks": [t.id for t in self.validation],
+            "seconds": round(time.perf_counter() - begun, 2),
         }
         with open(self.out / "validation.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
     def _validation_records(self) -> list[dict]:
-        """validation.jsonl: one record per validated update ({update, success, episodes, tasks})."""
+        """validation.jsonl: one record per validated update ({update, success, episodes, tasks, seconds})."""
         path = self.out / "validation.jsonl"
         return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
@@ -405,7 +461,7 @@ class _Job:
         """Serve the chosen weights (best/); without validation, the last ones."""
         chosen = self.out / "best" / "chosen.json"
         if not chosen.is_file():
-            return {"update": self.config.rl.updates, "validation": None}
+            return {"update": self.rl_updates, "validation": None}
         model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
         self.policy.update_weights(model.state_dict())
         return json.loads(chosen.read_text())

@@ -195,7 +195,8 @@ class _SwarmJob(main._Job):
             "critical_steps_reduction": baseline["critical_steps"] / max(after["critical_steps"], 1e-9),
             "total_steps_single": baseline["total_steps"],
             "total_steps_swarm": after["total_steps"],
-            "rl_updates": config.rl.updates,
+            "rl_updates": self.rl_updates,
+            "budget_stop": self._budget_stop(),
             "subagent_cache_hits": pinned.hits,  # sub-agent calls answered from an identical earlier one
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],

@@ -144,13 +144,14 @@ class RolloutEngine:
         tasks: Iterator[Task],
         updates: int,
         progress: bool = True,
-        on_update: Callable[[dict, list[Episode]], None] | None = None,
+        on_update: Callable[[dict, list[Episode]], bool | None] | None = None,
         batch_metrics: Callable[[list[Episode], int], dict[str, float]] | None = None,
     ) -> list[dict]:
         """`updates` trainer updates on groups collected from `tasks` (cycled by the caller).
 
         `on_update(metrics, episodes)` runs after each update with the episodes it trained on (every group of the
-        batch, tied ones too), in a thread, while rollouts go on (checkpoints, the job's rollouts/);
+        batch, tied ones too), in a thread, while rollouts go on (checkpoints, the job's rollouts/); when it returns
+        True, training stops after that update (a job's time budget);
         `batch_metrics(episodes, step)` adds the harness's own metrics of each batch (a swarm's).
         """
         cfg, history = self.config, []
@@ -201,9 +202,12 @@ class RolloutEngine:
                         extra |= batch_metrics([e for g in batch for e in g if not e.demonstrated], trainer.step)
                     metrics = await asyncio.to_thread(trainer.rl_step, batch, extra)
                     history.append(metrics)
-                    if on_update is not None:
-                        await asyncio.to_thread(on_update, metrics, [e for g in batch for e in g])
+                    stop = on_update is not None and await asyncio.to_thread(
+                        on_update, metrics, [e for g in batch for e in g]
+                    )
                     bar.update(job, advance=1, status=f"reward {metrics.get('reward/mean', float('nan')):.3f}")
+                    if stop is True:
+                        break
             finally:
                 if producer is not None:
                     producer.cancel()
