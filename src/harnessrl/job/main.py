@@ -105,13 +105,8 @@ def resume(out: Path, progress: bool = True) -> dict:
 # what `from_warm_start` copies: the phases before RL, and their seconds (so wall_seconds stays the whole job's)
 WARM_START_FILES = ("demos.jsonl", "sft", "eval_before.json", "eval_before.jsonl", "eval_before_greedy.jsonl")
 WARM_START_PHASES = ("demos", "sft", "eval_before")
-WARM_START_FREE = {
-    "rl",
-    "reward",
-    "prefix_cache",
-    "loggers",
-    "budget_seconds",
-}  # config blocks that do not change what those made
+# config blocks that do not change what those made
+WARM_START_FREE = {"rl", "reward", "prefix_cache", "loggers", "budget_seconds"}
 WARM_START_BOUND = ("rl.validation_tasks", "rl.fresh_tasks", "rl.train.lora")  # ... but these do (the tasks, LoRA)
 
 
@@ -119,8 +114,8 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     """Run `config` from the warm start of the finished run `source`: its demonstrations, SFT weights and held-out
     eval before are copied into `out`, so only RL and the eval after run. Comparing RL configs this way takes half a
     job each and pairs them on one warm start. `config` must agree with `source`'s in every key that made those
-    phases (all but rl, reward, prefix_cache and loggers; and rl.validation_tasks, rl.fresh_tasks, rl.train.lora):
-    a ValueError names the keys that differ."""
+    phases (all but rl, reward, prefix_cache, loggers and budget_seconds; and rl.validation_tasks, rl.fresh_tasks,
+    rl.train.lora): a ValueError names the keys that differ."""
     made = JobConfig.load_run(source)
     if not (source / "eval_before.json").is_file():
         raise ValueError(f"--warm-start {source}: its warm start is not finished (no eval_before.json)")
