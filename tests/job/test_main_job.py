@@ -347,6 +347,14 @@ def test_a_time_budget_spent_before_rl_leaves_the_warm_start_and_says_so(minimal
     assert again.exit_code == 0 and json.loads((out / "summary.json").read_text())["rl_updates"] == 0
 
 
+def test_the_budget_is_fifteen_minutes_for_the_embedded_models_only_unless_set():
+    assert JobConfig().budget() == JobConfig(model="tiny-base-long").budget() == 900.0
+    assert JobConfig(model="smollm2-135m-instruct").budget() is None  # a real model: rl.updates, however long
+    assert JobConfig(budget_seconds=None).budget() is None and JobConfig(budget_seconds=60).budget() == 60.0
+    with pytest.raises(ValueError, match="budget_seconds"):
+        JobConfig(budget_seconds=0)
+
+
 def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(minimal_run, tmp_path):
     (tmp_path / "job.yaml").write_text(MINIMAL)
     out = tmp_path / "run"

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
+from harnessrl.policy.sources import SHIPPED
 from harnessrl.rewards import Schedule, anneal_to_zero
 from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
+
+# `budget_seconds: auto` for the embedded models: the main job in 15 minutes on a 2-core CPU, whatever its flags (the
+# default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
+LAPTOP_SECONDS = 900.0
 
 
 class _Strict(BaseModel):
@@ -233,12 +238,12 @@ class JobConfig(_Strict):
         "prefilled from where its last one ended (0 = off; engine.py)",
     )
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
-    budget_seconds: float | None = Field(
-        default=None,
-        gt=0,
+    budget_seconds: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
+        default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update, a validation and the "
         "eval after (each as long as this run measured it) would take the job past it; the phases before RL are not "
-        "cut. None = rl.updates always",
+        "cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded models (tiny-base, tiny-base-long, tiny), "
+        "none for any other; null: rl.updates always",
     )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
@@ -253,6 +258,12 @@ class JobConfig(_Strict):
         default_factory=list,
         description="also log metrics to tensorboard (RUN/tensorboard) and/or wandb (offline, RUN/wandb)",
     )
+
+    def budget(self) -> float | None:
+        """budget_seconds resolved: `auto` is LAPTOP_SECONDS for the embedded models, none for the rest."""
+        if self.budget_seconds != "auto":
+            return self.budget_seconds
+        return LAPTOP_SECONDS if self.model in ("tiny", *SHIPPED) else None
 
     @model_validator(mode="after")
     def _one_job(self) -> JobConfig:

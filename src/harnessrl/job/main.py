@@ -189,6 +189,10 @@ class _Job:
             print(
                 f"sft: {precision.resolve(config.sft.precision)[1]}; rl: {precision.resolve(config.rl.train.precision)[1]}"
             )
+            if (budget := config.budget()) is not None:  # RL may end before rl.updates: say so before it does
+                print(
+                    f"budget: {budget:.0f} s of wall_seconds (budget_seconds: {config.budget_seconds}; null for all updates)"
+                )
         self.seconds["setup"] = (
             self.seconds.get("setup", 0.0) + time.perf_counter() - started
         )  # corpus, index, model: every start
@@ -229,7 +233,7 @@ class _Job:
             **{f"error_classes_{when}": _error_classes(episodes, documents) for when, episodes in held.items()},
             **{f"rare_draws_{when}": _rare_per_1k(episodes) for when, episodes in held.items()},
             "rl_updates": self.rl_updates,
-            "budget_seconds": config.budget_seconds,
+            "budget_seconds": config.budget(),
             "budget_stop": self._budget_stop(),
             "training_trend": training_trend(out / "metrics.jsonl"),
             "chosen_update": chosen["update"],
@@ -402,7 +406,7 @@ class _Job:
         (`per_update` seconds; 0 before the first), a validation (the last one's seconds) and the eval after: the
         eval before's seconds, scaled by how much longer the last validation took than update 0's (the policy's
         episodes grow or shrink: eval after / eval before was 1.00-1.30 in 16 runs of 2026-12-05)."""
-        budget = self.config.budget_seconds
+        budget = self.config.budget()
         if budget is None:
             return None
         spent = sum(v for k, v in self.seconds.items() if k != "rl") + time.perf_counter() - started
