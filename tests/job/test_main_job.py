@@ -231,6 +231,24 @@ def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):
     assert JobConfig.load(tmp_path / "run" / "config.yaml") == config
 
 
+def test_an_update_replaces_the_warm_start_only_when_it_validates_beyond_noise_if_asked():
+    warm = {f"t{i}": [0.0, 1.0] if i < 8 else [0.0, 0.0] for i in range(16)}  # update 0: 8 of 32
+    records = [{"update": 0, "success": 0.25, "scores": warm, "eligible": True}]
+    a_little = {t: [1.0, 1.0] if t in ("t0", "t1") else v for t, v in warm.items()}  # 10 of 32
+    a_lot = {t: [1.0, 1.0] if int(t[1:]) < 12 else v for t, v in warm.items()}  # 24 of 32
+    p_little, eligible, best = main.validation_choice(records, a_little, "success", 0.2)
+    assert p_little > 0.2 and not eligible and not best  # 2 more successes of 32: noise, the warm start stays
+    assert main.validation_choice(records, a_little, "success", 1.0) == (p_little, True, True)  # the old rule
+    p_lot, eligible, best = main.validation_choice(records, a_lot, "success", 0.2)
+    assert p_lot < 0.01 and eligible and best
+    records += [{"update": 8, "success": 0.75, "scores": a_lot, "eligible": True}]
+    assert main.validation_choice(records, a_little, "success", 1.0)[2] is False  # below the best eligible one
+    records[1]["eligible"] = False  # an update that did not beat the warm start is never the bar to beat
+    assert main.validation_choice(records, a_little, "success", 1.0)[2] is True
+    assert main.validation_choice([], warm, "success", 0.2) == (None, True, True)  # update 0 always
+    assert main.validation_choice([{"update": 0, "success": 0.25}], a_lot, "success", 0.2)[:2] == (None, True)
+
+
 def test_the_validation_split_keeps_each_hop_counts_share_of_the_train_split():
     def task(n: int, hops: int) -> Task:
         return Task(id=f"q-{n}", prompt="?", data={"gold_doc_ids": [f"d-{n}-{h}" for h in range(hops)]})

@@ -90,6 +90,14 @@ class RLConfig(_Strict):
         "swarm.rl_questions); 0 = RL on the demonstrated tasks",
     )
     validation_repeats: int = Field(default=2, ge=1, description="sampled (T = 1) episodes per validation task")
+    validation_p: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="an update replaces the warm start only where its validation beats update 0's with a one-sided "
+        "permutation p (paired by task) at most this, e.g. 0.2; among those, the best (the later on a tie). 1.0: "
+        "whichever update validates best, however little it beats the warm start by",
+    )
     validate_every: int = Field(
         default=8, ge=1, description="validate every N updates (and before the first, and at the end)"
     )

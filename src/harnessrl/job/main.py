@@ -11,8 +11,9 @@ Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside 
 sees them), each hop count (number of gold documents) keeping its share of the split. Before RL and
 every `rl.validate_every` updates the policy runs them (`rl.validation_repeats` sampled episodes
 each); the weights with the best validation success (the later on a tie; update 0 is the warm start)
-are kept in best/, and the held-out eval after RL runs them. The test split is never used to choose;
-a resumed run keeps the validation tasks its validation.jsonl names.
+are kept in best/, and the held-out eval after RL runs them. With `rl.validation_p` below 1, an update
+competes only where it beats update 0 beyond noise (`validation_choice`). The test split is never used
+to choose; a resumed run keeps the validation tasks its validation.jsonl names.
 
 Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
 RL from their newest checkpoint (the task order after an RL resume is re-drawn, not replayed).
@@ -45,7 +46,9 @@ from harnessrl.eval.evaluate import (
     gain_ci,
     group_by_family,
     group_by_gold_docs,
+    permutation_p,
     policy_draws,
+    scores_by_task,
     succeeded,
     worse,
 )
@@ -432,8 +435,10 @@ class _Job:
             return
         episodes = [t for t in self.validation for _ in range(self.config.rl.validation_repeats)]
         begun = time.perf_counter()
-        score = await self._validation_score(harness, episodes)
-        if score >= max((r[self.VALIDATION_METRIC] for r in records), default=-1.0):
+        scores = await self._validation_scores(harness, episodes)
+        score = _mean_score(scores)
+        p, eligible, best = validation_choice(records, scores, self.VALIDATION_METRIC, self.config.rl.validation_p)
+        if best:
             tmp = self.out / ".best.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             await asyncio.to_thread(trainer.write_model, tmp)
@@ -446,17 +451,22 @@ class _Job:
             "episodes": len(episodes),
             "tasks": [t.id for t in self.validation],
             "seconds": round(time.perf_counter() - begun, 2),
+            "scores": scores,
+            "p_above_update_0": p,
+            "eligible": eligible,
         }
         with open(self.out / "validation.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
     def _validation_records(self) -> list[dict]:
-        """validation.jsonl: one record per validated update ({update, success, episodes, tasks, seconds})."""
+        """validation.jsonl: one record per validated update ({update, success, episodes, tasks, seconds, scores,
+        p_above_update_0, eligible})."""
         path = self.out / "validation.jsonl"
         return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
-    async def _validation_score(self, harness, tasks: list[Task]) -> float:
-        return (await evaluate(self.gateway, harness, tasks))[0]
+    async def _validation_scores(self, harness, tasks: list[Task]) -> dict[str, list[float]]:
+        """Each validation task's scores, one an episode (success; the swarm job's item-F1)."""
+        return scores_by_task((await evaluate(self.gateway, harness, tasks))[1], succeeded)
 
     def _load_best(self) -> dict:
         """Serve the chosen weights (best/); without validation, the last ones."""
@@ -466,6 +476,29 @@ class _Job:
         model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
         self.policy.update_weights(model.state_dict())
         return json.loads(chosen.read_text())
+
+
+def validation_choice(
+    records: list[dict], scores: dict[str, list[float]], metric: str, validation_p: float
+) -> tuple[float | None, bool, bool]:
+    """(p_above_update_0, eligible, best) of a validation's `scores` (each task's, one an episode) after the earlier
+    `records` (validation.jsonl's): p is the one-sided permutation p (paired by task) that they beat update 0's by
+    chance alone (None for update 0, or where its record kept no scores); the update is eligible where p is at most
+    `validation_p`, and best where eligible and it scores at least every eligible earlier update (the later on a
+    tie): its weights go to best/."""
+    p = None
+    if records and "scores" in records[0]:
+        warm = records[0]["scores"]
+        tasks = [t for t in scores if t in warm]
+        p = round(permutation_p([scores[t] for t in tasks], [warm[t] for t in tasks]), 4)
+    eligible = p is None or p <= validation_p
+    earlier = max((r[metric] for r in records if r.get("eligible", True)), default=-1.0)
+    return p, eligible, eligible and _mean_score(scores) >= earlier
+
+
+def _mean_score(scores: dict[str, list[float]]) -> float:
+    """The mean over every episode of each task's scores."""
+    return sum(map(sum, scores.values())) / max(1, sum(map(len, scores.values())))
 
 
 def validation_split(train: list[Task], size: int, rng: random.Random) -> list[Task]:

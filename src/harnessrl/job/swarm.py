@@ -31,7 +31,7 @@ from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward
 from harnessrl.envs.wide.tasks import set_aside, wide_tasks
-from harnessrl.eval.evaluate import falling, gain_ci
+from harnessrl.eval.evaluate import falling, gain_ci, scores_by_task
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_curves, plot_rewards
 from harnessrl.gateway import GatewayClient, create_app
@@ -261,9 +261,9 @@ class _SwarmJob(main._Job):
         path.write_text(json.dumps(result, indent=1))
         return result
 
-    async def _validation_score(self, harness, tasks) -> float:
+    async def _validation_scores(self, harness, tasks) -> dict[str, list[float]]:
         _, episodes = await evaluate(self.gateway, harness, tasks, timeout=self.config.swarm.episode_seconds())
-        return _mean_f1(episodes)
+        return scores_by_task(episodes, item_f1)
 
     async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
         cfg = self.config.rl
