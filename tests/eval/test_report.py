@@ -48,6 +48,7 @@ PANELS |= {
     "swarm_steps",
     "swarm_lambdas",
     "alarms",
+    "validation",
 }
 
 
@@ -57,7 +58,7 @@ def _trainer(policy: Policy, folder: Path, **config) -> Trainer:
 
 def _run_a(folder: Path) -> None:
     """As the main job lays it out: one SFT update logged in sft/, three on-policy RL
-    updates (some episodes flagged) in metrics.jsonl, and a summary.json."""
+    updates (some episodes flagged) in metrics.jsonl, validation.jsonl and a summary.json."""
     policy = Policy.load("tiny")
     try:
         demos = [e for g in sampled_groups(policy, seed=9) for e in g]
@@ -77,6 +78,8 @@ def _run_a(folder: Path) -> None:
     finally:
         policy.close()
     (folder / "summary.json").write_text(json.dumps(SUMMARY))
+    validated = [{"update": 0, "success": 0.25, "episodes": 4}, {"update": 3, "success": 0.5, "episodes": 4}]
+    (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in validated))
 
 
 def _run_b(folder: Path) -> None:

@@ -51,8 +51,10 @@ def plot_curves(
     title: str,
     ylabel: str,
     log: bool = False,
+    x: str | None = None,
 ) -> None:
-    """Each key over the rows of each run that have it; x is the row's 1-based position (the update).
+    """Each key over the rows of each run that have it; x is the row's 1-based position (the update), or its
+    value of the key `x` (validation's `update`, which skips updates).
 
     `runs` maps a label ("" for a single unnamed run) to its rows; `log` uses a log y axis when
     every plotted value is positive.
@@ -65,7 +67,11 @@ def plot_curves(
     values = []
     for r, (label, rows) in enumerate(runs.items()):
         for key in keys:
-            points = [(x, row[key]) for x, row in enumerate(rows, start=1) if not math.isnan(_number(row.get(key)))]
+            points = [
+                (row[x] if x else i, row[key])
+                for i, row in enumerate(rows, start=1)
+                if not math.isnan(_number(row.get(key)))
+            ]
             if not points:
                 continue
             xs, ys = zip(*points)

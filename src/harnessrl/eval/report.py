@@ -1,8 +1,8 @@
 """`harnessrl report`: one static HTML page of a run's curves and summary, or of two runs side by side.
 
 Reads RUN/metrics.jsonl (one line per trainer update, as train/trainer.py and the rollout engine
-write it), and RUN/sft/metrics.jsonl and RUN/summary.json (the main job's SFT phase and held-out
-numbers) when there are. The PNGs
+write it), and RUN/sft/metrics.jsonl, RUN/validation.jsonl and RUN/summary.json (the main job's SFT
+phase, its validation by update and its held-out numbers) when there are. The PNGs
 (eval/plots.py) go into a folder named after the page, next to it (report.html -> report/), and
 the page refers to them relatively, so the pair can be copied anywhere. A panel whose keys no run
 logged is listed on the page as missing rather than drawn empty.
@@ -35,7 +35,7 @@ class Panel:
     keys: tuple[str, ...] = ()  # exact keys, in this order
     prefix: str = ""  # or every key with this prefix ...
     exclude: tuple[str, ...] = ()  # ... but these
-    phase: Literal["rl", "sft"] = "rl"
+    phase: Literal["rl", "sft", "validation"] = "rl"
     log: bool = False
     only_when_logged: bool = False  # a feature's panel (the swarm's): not listed as missing in runs without it
 
@@ -66,6 +66,7 @@ PANELS = [
     Panel("loss", "policy loss", "loss", keys=("loss/policy",)),
     Panel("sft_loss", "SFT loss", "loss", keys=("loss/sft",), phase="sft"),
     Panel("sft_names", "SFT: probability of the demonstrated tool's name (where the agent decides)", "mean p of its tokens", keys=("sft/name_p",), phase="sft", only_when_logged=True),
+    Panel("validation", "validation: the train tasks set aside (best/ holds summary.json's chosen_update)", "mean score", prefix="validation/", phase="validation", only_when_logged=True),
     Panel("hops_success", "training batches: success by gold documents per task", "share", prefix="hops/success_", only_when_logged=True),
     Panel("hops_calls", "training batches: model calls per episode by gold documents per task", "calls", prefix="hops/calls_", only_when_logged=True),
     Panel("swarm", "swarm: delegation and completion", "share", keys=("swarm/spawn_rate", "swarm/finish_rate"), only_when_logged=True),
@@ -83,6 +84,7 @@ class Run:
     # RL and SFT updates, each in the order metrics.jsonl logged them
     rl: list[dict[str, Any]] = field(default_factory=list)
     sft: list[dict[str, Any]] = field(default_factory=list)
+    validation: list[dict[str, Any]] = field(default_factory=list)  # {update, validation/METRIC} per validated update
     summary: dict[str, Any] | None = None  # summary.json, when the run has one
 
 
@@ -119,6 +121,11 @@ def load_run(folder: Path, label: str) -> Run:
     for row in rows:  # rl_step always logs rollout/groups; sft_step never does
         rl = "rollout/groups" in row or "loss/policy" in row
         (run.rl if rl else run.sft).append(row)
+    if (validation := folder / "validation.jsonl").is_file():  # the job's: {update, success | item_f1, ...}
+        run.validation = [
+            {"update": r["update"]} | {f"validation/{k}": r[k] for k in ("success", "item_f1") if k in r}
+            for r in read_metrics(validation)
+        ]
     path = folder / "summary.json"
     if path.is_file():
         try:
@@ -172,6 +179,7 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
             panel.title,
             panel.ylabel,
             panel.log,
+            x="update" if panel.phase == "validation" else None,
         )
         figures.append((panel.title, f"{panel.name}.png", ", ".join(keys)))
     out.write_text(_page(runs, figures, missing, images.name), encoding="utf-8")
