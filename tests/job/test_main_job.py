@@ -365,9 +365,10 @@ def test_a_time_budget_spent_before_rl_leaves_the_warm_start_and_says_so(minimal
     assert again.exit_code == 0 and json.loads((out / "summary.json").read_text())["rl_updates"] == 0
 
 
-def test_the_budget_is_fifteen_minutes_for_the_embedded_models_only_unless_set():
+def test_the_budget_is_fifteen_minutes_for_the_embedded_default_only_unless_set():
     assert JobConfig().budget() == JobConfig(model="tiny-base-long").budget() == 900.0
     assert JobConfig(model="smollm2-135m-instruct").budget() is None  # a real model: rl.updates, however long
+    assert JobConfig(data=DataConfig(corpus="c.jsonl", tasks="t.jsonl")).budget() is None  # your corpus: the same
     assert JobConfig(budget_seconds=None).budget() is None and JobConfig(budget_seconds=60).budget() == 60.0
     with pytest.raises(ValueError, match="budget_seconds"):
         JobConfig(budget_seconds=0)

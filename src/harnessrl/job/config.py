@@ -18,7 +18,7 @@ from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
 
-# `budget_seconds: auto` for the embedded models: the main job in 15 minutes on a 2-core CPU, whatever its flags (the
+# `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its flags (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
 LAPTOP_SECONDS = 900.0
 
@@ -250,8 +250,9 @@ class JobConfig(_Strict):
         default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update, a validation and the "
         "eval after (each as long as this run measured it) would take the job past it; the phases before RL are not "
-        "cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded models (tiny-base, tiny-base-long, tiny), "
-        "none for any other; null: rl.updates always",
+        "cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an embedded model, tiny-base, "
+        "tiny-base-long or tiny, on the synthetic corpus), none for a real model or your own corpus; null: rl.updates "
+        "always",
     )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
@@ -268,10 +269,11 @@ class JobConfig(_Strict):
     )
 
     def budget(self) -> float | None:
-        """budget_seconds resolved: `auto` is LAPTOP_SECONDS for the embedded models, none for the rest."""
+        """budget_seconds resolved: `auto` is LAPTOP_SECONDS for an embedded model on the synthetic corpus (the
+        default job's promise), none for a real model or a corpus of one's own (whose SFT alone may take longer)."""
         if self.budget_seconds != "auto":
             return self.budget_seconds
-        return LAPTOP_SECONDS if self.model in ("tiny", *SHIPPED) else None
+        return LAPTOP_SECONDS if self.model in ("tiny", *SHIPPED) and self.data.corpus is None else None
 
     @model_validator(mode="after")
     def _one_job(self) -> JobConfig:
