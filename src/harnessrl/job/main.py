@@ -351,8 +351,8 @@ class _Job:
         job chose it), validation of `self.validation` (if any) before the first update of a fresh run and
         every `rl.validate_every` updates, and a checkpoint every `save_every` updates (numbered by update:
         an update whose groups all tied keeps trainer.step as it was). With `budget_seconds`, RL ends (validated
-        and saved) at the first update after which one more update, a validation and the eval after would not fit
-        (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
+        and saved) at the first update after which one more update as slow as the slowest so far, a validation and the
+        eval after would not fit (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
         cfg, started = self.config.rl, time.perf_counter()
         trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
@@ -374,30 +374,28 @@ class _Job:
         loop = asyncio.get_running_loop()
         rollouts = self.out / "rollouts"  # what each update trained on
         rollouts.mkdir(exist_ok=True)
-        updating, validating, updates = time.perf_counter(), 0.0, 0  # this process's RL: seconds in validation, updates
+        # an update's seconds: from the end of the last one's bookkeeping (validation, checkpoint) to its own end
+        last, slowest = time.perf_counter(), 0.0
 
         def checkpoint(_: dict, episodes: list[Episode]) -> bool:  # in the training thread, while rollouts go on
-            nonlocal done, validating, updates
-            done, updates = done + 1, updates + 1
+            nonlocal done, last, slowest
+            done, slowest = done + 1, max(slowest, time.perf_counter() - last)
             self.rl_updates = done
             _dump(rollouts / f"update-{done:04d}.jsonl", episodes)
 
             def validate() -> None:
-                nonlocal validating
-                begun = time.perf_counter()
                 asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
-                validating += time.perf_counter() - begun
 
             if done % cfg.validate_every == 0 or done == cfg.updates:
                 validate()
-            per_update = (time.perf_counter() - updating - validating) / updates
-            stop = self._over_budget(started, per_update, done) if done < cfg.updates else None
+            stop = self._over_budget(started, slowest, done) if done < cfg.updates else None
             if stop:  # the last update: validated (a no-op where it just was) and saved
                 validate()
             if done % cfg.save_every == 0 or done == cfg.updates or stop:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
             if stop:
                 (self.out / "budget_stop.json").write_text(json.dumps(stop))
+            last = time.perf_counter()
             return stop is not None
 
         engine = RolloutEngine(self.gateway, harness, reward, rollout, guides)
@@ -406,9 +404,10 @@ class _Job:
 
     def _over_budget(self, started: float, per_update: float, done: int) -> dict | None:
         """Where RL ends (budget_stop.json's record), if the job would pass `budget_seconds` with one more update
-        (`per_update` seconds; 0 before the first), a validation (the last one's seconds) and the eval after: the
-        eval before's seconds, scaled by how much longer the last validation took than update 0's (the policy's
-        episodes grow or shrink: eval after / eval before was 1.00-1.30 in 16 runs of 2026-12-05)."""
+        (`per_update` seconds: the slowest so far, since one update can take twice the mean; 0 before the first), a
+        validation (the last one's seconds) and the eval after: the eval before's seconds, scaled by how much longer
+        the last validation took than update 0's (the policy's episodes grow or shrink: eval after / eval before was
+        1.00-1.30 in 16 runs of 2026-12-05)."""
         budget = self.config.budget()
         if budget is None:
             return None
