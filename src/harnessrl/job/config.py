@@ -248,9 +248,9 @@ class JobConfig(_Strict):
     eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
     budget_seconds: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
         default="auto",
-        description="the job's wall-clock budget: RL ends before rl.updates when one more update, a validation and the "
-        "eval after (each as long as this run measured it) would take the job past it; the phases before RL are not "
-        "cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an embedded model, tiny-base, "
+        description="the job's wall-clock budget: RL ends before rl.updates when one more update (as slow as the "
+        "slowest so far), a validation and the eval after (as this run measured them) would take the job past it; the "
+        "phases before RL are not cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an embedded model, tiny-base, "
         "tiny-base-long or tiny, on the synthetic corpus), none for a real model or your own corpus; null: rl.updates "
         "always",
     )
