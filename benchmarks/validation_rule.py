@@ -25,8 +25,9 @@ from harnessrl.job.main import validation_choice
 
 def warm_start_p(records: list[dict], chosen: dict) -> float:
     """One-sided p that the chosen update's validation beats update 0's by chance alone."""
-    if "scores" in chosen:
-        return validation_choice(records[:1], chosen["scores"], "success", 1.0)[0]
+    paired = validation_choice(records[:1], chosen["scores"], "success", 1.0)[0] if "scores" in chosen else None
+    if paired is not None:  # both kept each task's scores
+        return paired
     n, k0, k1 = (
         chosen["episodes"],
         records[0]["success"] * records[0]["episodes"],
