@@ -369,7 +369,7 @@ class _Job:
             return
         if stop := self._over_budget(started, 0.0, done):  # no time for an update (or, resumed, for another one)
             await self._validate(done, harness, trainer)
-            (self.out / "budget_stop.json").write_text(json.dumps(stop))
+            self._end_rl(stop)
             return
         loop = asyncio.get_running_loop()
         rollouts = self.out / "rollouts"  # what each update trained on
@@ -394,7 +394,7 @@ class _Job:
             if done % cfg.save_every == 0 or done == cfg.updates or stop:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
             if stop:
-                (self.out / "budget_stop.json").write_text(json.dumps(stop))
+                self._end_rl(stop)
             last = time.perf_counter()
             return stop is not None
 
@@ -418,9 +418,13 @@ class _Job:
         projected = spent + per_update + seconds[-1] + evaluation
         if projected <= budget:
             return None
-        log.warning("budget_seconds %s: RL ends at update %d of %d (projected %.0f s)", budget, done,
-                    self.config.rl.updates, projected)  # fmt: skip
         return {"update": done, "seconds": round(spent, 1), "projected_seconds": round(projected, 1), "budget": budget}
+
+    def _end_rl(self, stop: dict) -> None:
+        """RL ended at the budget (its last update validated and saved): budget_stop.json, so a resume does not go on."""
+        log.warning("budget_seconds %s: RL ends at update %d of %d (projected %.0f s)", stop["budget"], stop["update"],
+                    self.config.rl.updates, stop["projected_seconds"])  # fmt: skip
+        (self.out / "budget_stop.json").write_text(json.dumps(stop))
 
     def _budget_stop(self) -> dict | None:
         """budget_stop.json: where the time budget ended RL ({update, seconds, projected_seconds, budget}), or None."""
