@@ -112,7 +112,7 @@ class RLConfig(_Strict):
     )
     # two passes of two mini-batches over each batch (Context-1 used 4 sub-steps a step): one step a batch barely moved the policy;
     # entropy_coef -0.1 sharpens the policy: a T = 1 sample of tiny-base after SFT draws 7-11 tokens at p < 1 % per 1,000,
-    # and such an episode rarely succeeds (README, "What limits the gain")
+    # and such an episode rarely succeeds (docs/search-history.md, "What limits the gain")
     train: TrainConfig = Field(
         default_factory=lambda: TrainConfig(
             lr=1e-4, schedule="constant", precision="auto", ppo_epochs=2, mini_batches=2, entropy_coef=-0.1

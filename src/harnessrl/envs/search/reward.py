@@ -6,7 +6,7 @@
 (`context1_reward`'s default weights). The search job's `reward:` block (`SearchReward`) keeps every
 term but defaults to the outcome: the answer bonus, the malformed-call and repetition detectors and
 the prune-streak penalty, with F_beta, trajectory recall, the turn cost and answer stuffing at 0. Its
-held-out episodes showed why (README, "What the reward pays for failing"): where a multi-hop chain
+held-out episodes showed why (docs/search-history.md, "What the reward pays for failing"): where a multi-hop chain
 rarely succeeds, an early wrong answer citing the one gold document it found scores 0.52 against
 0.20 for a longer search, so GRPO learnt to answer after the first search; from the same warm starts
 the outcome alone gained +0.14 and +0.15 held-out where Context-1's weights gained -0.01 and +0.01.
