@@ -8,7 +8,9 @@ For each run of the search job (a folder with validation.jsonl and summary.json)
 old rule, P = 1.0, is the baseline beside each P. p is the job's paired permutation test (`validation_choice`) where
 validation.jsonl kept each task's scores, else a one-sided two-proportion z-test on the success rates (runs
 validated before the scores were kept). An update that beats update 0 less than the chosen one does beats it less
-beyond noise too, so keeping the chosen update or update 0 is the whole decision.
+beyond noise too, so keeping the chosen update or update 0 is the whole decision. A run made under a stricter rule
+(its config's `rl.validation_p` below 1.0, the default since 2026-12-06) replays only P up to its own: it never
+evaluated the updates a looser rule would have kept.
 The last line is one JSON object: {"runs": N, "rules": {P: {"mean_gain", "mean_greedy_change",
 "runs_with_alarms", "runs_below_0"}}}.
 """
@@ -19,6 +21,8 @@ import argparse
 import json
 import math
 from pathlib import Path
+
+import yaml
 
 from harnessrl.job.main import validation_choice
 
@@ -49,8 +53,10 @@ def replay(run: Path) -> dict | None:
     chosen = next((r for r in records if r["update"] == s["chosen_update"]), None)
     if chosen is None or "success" not in chosen:  # no validation, or the swarm job's item-F1
         return None
+    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
     return {
         "run": str(run),
+        "own_p": (config.get("rl") or {}).get("validation_p", 1.0),  # runs before the key kept the best: 1.0
         "p": 1.0 if s["chosen_update"] == 0 else warm_start_p(records, chosen),
         "gain": s["heldout_success_after"] - s["heldout_success_before"],
         "greedy": s["heldout_success_greedy_after"] - s["heldout_success_greedy_before"],
@@ -61,11 +67,18 @@ def replay(run: Path) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--p", nargs="+", type=float, default=[1.0, 0.3, 0.2, 0.1, 0.05])
+    parser.add_argument("--p", nargs="+", type=float, help="default: 1.0 0.3 0.2 0.1 0.05, those the runs can replay")
     args = parser.parse_args()
     runs = [r for r in map(replay, args.runs) if r is not None]
     if not runs:
         raise SystemExit("no run folder with validation.jsonl and summary.json")
+    if args.p is None:
+        args.p = [p for p in (1.0, 0.3, 0.2, 0.1, 0.05) if p <= min(r["own_p"] for r in runs)]
+    for r in runs:
+        if max(args.p) > r["own_p"]:
+            raise SystemExit(
+                f"{r['run']} chose its update under rl.validation_p {r['own_p']}: it replays --p up to that only"
+            )
     for r in runs:
         print(f"{r['run']}: p {r['p']:.3f} gain {r['gain']:+.3f} greedy {r['greedy']:+.3f} alarms {r['alarms']}")
     rules = {}

@@ -11,8 +11,8 @@ Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside 
 sees them), each hop count (number of gold documents) keeping its share of the split. Before RL and
 every `rl.validate_every` updates the policy runs them (`rl.validation_repeats` sampled episodes
 each); the weights with the best validation success (the later on a tie; update 0 is the warm start)
-are kept in best/, and the held-out eval after RL runs them. With `rl.validation_p` below 1, an update
-competes only where it beats update 0 beyond noise (`validation_choice`). The test split is never used
+are kept in best/, and the held-out eval after RL runs them. With `rl.validation_p` below 1 (the default, 0.2),
+an update competes only where it beats update 0 beyond noise (`validation_choice`). The test split is never used
 to choose; a resumed run keeps the validation tasks its validation.jsonl names.
 
 Each phase leaves its result in the folder, so `resume` skips finished phases and continues SFT or
