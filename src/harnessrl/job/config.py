@@ -33,7 +33,8 @@ class DataConfig(_Strict):
     synthetic_seed: int = 0
     # 340 since 2026-12-05 (240 before): 240 demonstrated tasks instead of 180 make a better warm start (same held-out
     # questions, seed 0). RL's gain over ten runs of it: +0.087 mean, five intervals of ten above 0 (seeds 0-2 that
-    # evening +0.185, rerun that night +0.046; docs/search-history.md, "The default since 2026-12-05, evening" and the rerun below it)
+    # evening +0.185, rerun that night +0.046; docs/search-history.md, "The default since 2026-12-05, evening" and the
+    # rerun below it)
     synthetic_people: int = Field(
         default=340, ge=8, description="people in the synthetic corpus, one question each (a quarter held out)"
     )
@@ -48,8 +49,8 @@ class AgentConfig(_Strict):
 
 class SFTConfig(_Strict):
     # 230 steps of 8 (since 2026-12-05; before: 120, and 50 of 16 before 2026-12-04): the warm start is better and RL
-    # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; docs/search-history.md, "The default since 2026-12-05"),
-    # for ~170 s more SFT
+    # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; docs/search-history.md, "The
+    # default since 2026-12-05"), for ~170 s more SFT
     steps: int = Field(default=230, ge=0, description="0 skips the warm start")
     batch_episodes: int = 8
     lr: float = 1e-3
