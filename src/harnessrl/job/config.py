@@ -254,9 +254,9 @@ class JobConfig(_Strict):
         default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update (as slow as the "
         "slowest so far), a validation and the eval after (as this run measured them) would take the job past it; the "
-        "phases before RL are not cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an embedded model, tiny-base, "
-        "tiny-base-long or tiny, on the synthetic corpus), none for a real model or your own corpus; null: rl.updates "
-        "always",
+        "phases before RL are not cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an "
+        "embedded model, tiny-base, tiny-base-long or tiny, on the synthetic corpus), none for a real model or your "
+        "own corpus; null: rl.updates always",
     )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"
