@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv and install harnessrl with its test extra. torch is installed first and pinned, so pip
-# takes the CPU wheel instead of a multi-GB CUDA build (GPU users: install your torch, then `pip install -e .`).
+# Create .venv and install harnessrl with its test extra. torch is installed first and pinned, so pip takes the CPU
+# wheel where its indexes offer one instead of a multi-GB CUDA build (plain PyPI on Linux: set
+# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu; GPU users: install your torch, then `pip install -e .`).
 # Debian packages, installed as root beside pip's work: bubblewrap (the coding environment's sandbox,
 # docs/code.md), postgresql (the trace store's PostgreSQL tests start a throwaway server) and, with
 # HARNESSRL_TEST_PACKAGES=1 (scripts/test.sh), chromium (the report test opens the page in it).

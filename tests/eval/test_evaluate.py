@@ -151,7 +151,11 @@ def test_checkpoint_resolution(tmp_path):
     (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000007")
     for given in (tmp_path / "run", tmp_path / "run" / "checkpoints", step):
         assert resolve_checkpoint(str(given)) == str(step)
-    # an SFT run's final weights win over its newest checkpoint
+    # a job's kept checkpoint (best/) wins over its newest one, as an SFT run's final weights do
+    (tmp_path / "run" / "best").mkdir()
+    (tmp_path / "run" / "best" / "config.json").write_text("{}")
+    assert resolve_checkpoint(str(tmp_path / "run")) == str(tmp_path / "run" / "best")
+    assert resolve_checkpoint(str(tmp_path / "run" / "checkpoints")) == str(step)
     (tmp_path / "run" / "model").mkdir()
     (tmp_path / "run" / "model" / "config.json").write_text("{}")
     assert resolve_checkpoint(str(tmp_path / "run")) == str(tmp_path / "run" / "model")

@@ -140,20 +140,21 @@ ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env
 
 def resolve_checkpoint(checkpoint: str) -> str:
     """The model behind --checkpoint: 'tiny' / a shipped base / a preset / a .gguf file as they are, else
-    the first folder with a config.json among DIR, DIR/model (an SFT run's final weights), the step
-    DIR/latest names (a checkpoints/ folder) and the step DIR/checkpoints/latest names (a run folder)."""
+    the first folder with a config.json among DIR, DIR/model (an SFT run's final weights), DIR/best (the
+    checkpoint a job kept on validation: its summary's "after"), the step DIR/latest names (a checkpoints/
+    folder) and the step DIR/checkpoints/latest names (a run folder without best/)."""
     if checkpoint in ("tiny", *SHIPPED, *PRESETS) or checkpoint.endswith(".gguf"):
         return checkpoint
     path = Path(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')")
-    candidates = [path, path / "model", _latest(path), _latest(path / "checkpoints")]
+    candidates = [path, path / "model", path / "best", _latest(path), _latest(path / "checkpoints")]
     for candidate in candidates:
         if candidate is not None and (candidate / "config.json").is_file():
             return str(candidate)
     raise CheckpointError(
         f"--checkpoint {checkpoint}: no model folder: looked for config.json in it, in model/, "
-        "and in the step named by latest or checkpoints/latest"
+        "in best/, and in the step named by latest or checkpoints/latest"
     )
 
 

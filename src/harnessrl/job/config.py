@@ -18,7 +18,7 @@ from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
 
-# `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its flags (the
+# `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU flags (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
 LAPTOP_SECONDS = 900.0
 
