@@ -83,6 +83,17 @@ async def test_each_reproduction_is_a_400_naming_its_field(tool_server, path, bo
     assert r.json()["error"]["param"] == param, r.json()
 
 
+async def test_a_json_body_sent_without_its_content_type_is_a_400_that_says_so(tool_server):
+    async with httpx.AsyncClient(base_url=tool_server.base_url) as http:  # what `curl -d '{...}'` sends
+        for kind in ("application/x-www-form-urlencoded", "text/plain"):
+            headers = {"Authorization": f"Bearer {ADMIN_KEY}", "content-type": kind}
+            r = await http.post("/v1/chat/completions", content=json.dumps(_chat()), headers=headers)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "content_type", r.text
+            assert "Content-Type: application/json" in r.json()["error"]["message"] and kind in r.text
+        r = await _post(http, "/v1/chat/completions", _chat())
+    assert r.status_code == 200, r.text
+
+
 async def test_forged_tool_call_arguments_of_any_size_or_depth_are_compared_as_text(tool_server):
     async with httpx.AsyncClient(base_url=tool_server.base_url) as http:
         for arguments in ("1" * 5000, "[" * 3000 + "]" * 3000):

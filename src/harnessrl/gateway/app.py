@@ -120,8 +120,12 @@ def create_app(
         return _error_response(exc.status_code, str(exc.detail), None, None)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
+        kind = request.headers.get("content-type", "")
+        if tuple(first["loc"]) == ("body",) and "json" not in kind:  # FastAPI reads a body as JSON only when told so
+            message = f"body: send it as JSON with Content-Type: application/json (this one's: {kind or 'none'})"
+            return _error_response(400, message, None, "content_type")
         if first["type"] == "json_invalid":
             return _error_response(400, f"body is not valid JSON: {first['msg']}", None, "json_invalid")
         param = ".".join(str(p) for p in first["loc"] if p != "body") or None
