@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from websockets.sync.client import connect
 
 from harnessrl.cli import app
+from harnessrl.eval.plots import trailing_mean
 from harnessrl.policy import Policy
 from harnessrl.rewards import Term, anneal_to_zero
 from harnessrl.rewards.parl import SwarmAlarms, parl_reward, swarm_metrics
@@ -243,3 +244,8 @@ class _Cdp:
     def wait_for(self, event: str) -> None:
         while not any(m.get("method") == event for m in self.events):
             self.events.append(self._receive())
+
+
+def test_the_trailing_mean_beside_a_batch_curve_averages_each_update_with_those_before():
+    assert trailing_mean([1.0, 2.0, 3.0, 4.0, 5.0, 9.0], 3) == [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    assert trailing_mean([0.5], 5) == [0.5] and trailing_mean([], 5) == []

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 RUN_STYLES = ["-", "--", ":", "-."]
+SMOOTH = 5  # the trailing mean drawn beside a batch metric (plot_curves' `smooth`)
 HELDOUT = [  # (bar group, summary key before RL, summary key after RL)
     ("sampled (T=1)", "heldout_success_before", "heldout_success_after"),
     ("greedy", "heldout_success_greedy_before", "heldout_success_greedy_after"),
@@ -41,6 +42,7 @@ def plot_rewards(metrics: Path, out: Path) -> None:
             out,
             "reward and its terms over updates",
             "reward",
+            smooth=SMOOTH,
         )
 
 
@@ -52,12 +54,14 @@ def plot_curves(
     ylabel: str,
     log: bool = False,
     x: str | None = None,
+    smooth: int = 0,
 ) -> None:
     """Each key over the rows of each run that have it; x is the row's 1-based position (the update), or its
     value of the key `x` (validation's `update`, which skips updates).
 
     `runs` maps a label ("" for a single unnamed run) to its rows; `log` uses a log y axis when
-    every plotted value is positive.
+    every plotted value is positive. `smooth` > 0 draws the first key's trailing mean over that many points
+    beside it (wide and pale), where there are twice as many: a batch of a few tasks swings with which tasks it drew.
     """
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
@@ -88,6 +92,11 @@ def plot_curves(
                 marker="o" if len(xs) < 30 else None,
                 markersize=3,
             )
+            if smooth and key == keys[0] and len(ys) >= 2 * smooth:
+                style, means = RUN_STYLES[r % len(RUN_STYLES)], trailing_mean(ys, smooth)
+                axis.plot(
+                    xs, means, style, color=colours[key], linewidth=5, alpha=0.3, label=f"{name}, mean of {smooth}"
+                )
     if log and values and min(values) > 0:
         axis.set_yscale("log")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -95,6 +104,11 @@ def plot_curves(
     axis.legend(fontsize=7, ncol=2)
     axis.grid(alpha=0.3)
     _save(plt, figure, out)
+
+
+def trailing_mean(values: list[float], n: int) -> list[float]:
+    """Each value's mean with the n - 1 before it (fewer at the start)."""
+    return [sum(values[max(0, i + 1 - n) : i + 1]) / min(i + 1, n) for i in range(len(values))]
 
 
 def plot_heldout(summary: dict, out: Path) -> None:

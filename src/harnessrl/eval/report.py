@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from harnessrl.eval.plots import HELDOUT, RUN_STYLES, plot_curves, plot_heldout_runs
+from harnessrl.eval.plots import HELDOUT, RUN_STYLES, SMOOTH, plot_curves, plot_heldout_runs
 
 
 class ReportError(ValueError):
@@ -38,6 +38,7 @@ class Panel:
     phase: Literal["rl", "sft", "validation"] = "rl"
     log: bool = False
     only_when_logged: bool = False  # a feature's panel (the swarm's): not listed as missing in runs without it
+    smooth: int = 0  # the first key's trailing mean over this many updates beside it (plot_curves)
 
     def pick(self, present: set[str]) -> list[str]:
         if self.prefix:
@@ -53,8 +54,8 @@ class Panel:
 # fmt: off
 RATIOS = tuple(f"policy/{w}_{s}" for w in ("ratio", "is_weight") for s in ("mean", "min", "max"))
 PANELS = [
-    Panel("success", "training batches: success and malformed calls", "share of the batch's episodes", keys=("rollout/success", "rollout/malformed_share")),
-    Panel("reward", "reward and its terms", "reward", prefix="reward/", exclude=("reward/std", "reward/max")),
+    Panel("success", "training batches: success and malformed calls", "share of the batch's episodes", keys=("rollout/success", "rollout/malformed_share"), smooth=SMOOTH),
+    Panel("reward", "reward and its terms", "reward", prefix="reward/", exclude=("reward/std", "reward/max"), smooth=SMOOTH),
     Panel("terms", "reward terms before weighting (at weight 0 too)", "value", prefix="term/", only_when_logged=True),
     Panel("hacking", "hacking flags", "share of the batch's episodes flagged", prefix="hacking/"),
     Panel("entropy", "policy entropy on loss tokens", "nats", keys=("policy/entropy",)),
@@ -180,6 +181,7 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
             panel.ylabel,
             panel.log,
             x="update" if panel.phase == "validation" else None,
+            smooth=panel.smooth,
         )
         figures.append((panel.title, f"{panel.name}.png", ", ".join(keys)))
     out.write_text(_page(runs, figures, missing, images.name), encoding="utf-8")
