@@ -91,3 +91,20 @@ def test_sandbox_prints_the_guard_line_last(tmp_path):
     assert slow.returncode == 1 and json.loads(slow.stdout.splitlines()[-1])["timed_out"] is True
     missing = cli("sandbox", "--workspace", tmp_path / "nope", "--", "true")
     assert missing.exit_code == 2 and "nope" in missing.stderr
+
+
+def test_make_corpus_writes_both_files_and_never_overwrites_without_force(tmp_path):
+    done = cli("make-corpus", tmp_path / "v", "--generator", "voyages")
+    assert done.exit_code == 0, done.output
+    tasks = [json.loads(line) for line in (tmp_path / "v" / "tasks.jsonl").read_text().splitlines()]
+    documents = {json.loads(line)["id"] for line in (tmp_path / "v" / "corpus.jsonl").read_text().splitlines()}
+    assert {t["split"] for t in tasks} == {"train", "test"} and all(set(t["gold_doc_ids"]) <= documents for t in tasks)
+    assert f"{len(documents)} documents" in done.output
+    (tmp_path / "v" / "corpus.jsonl").write_text('{"id": "mine", "text": "a user\'s own document"}\n')
+    refused = cli("make-corpus", tmp_path / "v")
+    assert refused.exit_code == 2 and "already holds corpus.jsonl and tasks.jsonl" in refused.stderr
+    assert "mine" in (tmp_path / "v" / "corpus.jsonl").read_text()
+    assert cli("make-corpus", tmp_path / "v", "--force").exit_code == 0
+    assert "mine" not in (tmp_path / "v" / "corpus.jsonl").read_text()
+    unknown = cli("make-corpus", tmp_path / "w", "--generator", "ships")
+    assert unknown.exit_code == 2 and "'ships' is not one of people, voyages" in unknown.stderr

@@ -102,7 +102,10 @@ def serve(
     if store is not None:
         from harnessrl.loop import Store
 
-        recorder = Store(store)
+        try:
+            recorder = Store(store)
+        except (ValueError, OSError) as exc:
+            _fail(f"--store: {exc}")
         console.print(f"recording every call to {recorder.url}")
     if admin_key is None:
         admin_key = "hrl-admin-" + secrets.token_urlsafe(18)
@@ -201,16 +204,15 @@ def judge_calibrate(
     import asyncio
     import json
 
-    import yaml
     from pydantic import ValidationError
     from rich.table import Table
 
     from harnessrl.rewards import Judge, JudgeConfig
     from harnessrl.rewards.calibrate import calibrate
-    from harnessrl.types import Episode, TraceLineError, read_jsonl
+    from harnessrl.types import Episode, TraceLineError, read_jsonl, read_yaml
 
     try:
-        config = JudgeConfig.model_validate(yaml.safe_load(judge.read_text()))
+        config = JudgeConfig.model_validate(read_yaml(judge))
         report = asyncio.run(calibrate(Judge(config), read_jsonl(episodes, Episode)))
     except (TraceLineError, ValidationError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
@@ -305,13 +307,15 @@ def make_corpus(
         help="people (short entries: people, towns, countries; the job's default) or voyages (ships, ports and rivers, facts inside paragraphs of prose)",
     ),
     seed: int = typer.Option(0, help="generator seed"),
+    force: bool = typer.Option(False, help="overwrite corpus.jsonl and tasks.jsonl where the folder holds them"),
 ) -> None:
     """Write a synthetic search corpus and its tasks as JSONL, for `harnessrl train --corpus --tasks`."""
     from harnessrl.envs.search import GENERATORS, write_corpus
 
     if generator not in GENERATORS:
-        console.print(f"[red]error:[/] --generator: {generator!r} is not one of {', '.join(GENERATORS)}")
-        raise typer.Exit(2)
+        _fail(f"--generator: {generator!r} is not one of {', '.join(GENERATORS)}")
+    if not force and (held := [n for n in ("corpus.jsonl", "tasks.jsonl") if (out / n).exists()]):
+        _fail(f"{out} already holds {' and '.join(held)}: choose another folder, or pass --force to overwrite")
     docs, tasks = GENERATORS[generator](seed)
     corpus_path, tasks_path = write_corpus(out, docs, tasks)
     splits = {s: sum(t.split == s for t in tasks) for s in ("train", "test")}
@@ -324,7 +328,8 @@ def make_corpus(
 def eval_command(
     env: str = typer.Option(..., help="environment: search"),
     checkpoint: str = typer.Option(
-        ..., help="a Hugging Face folder, a run folder or its checkpoints/ (newest step), or 'tiny-base'"
+        ...,
+        help="a Hugging Face folder, a run folder (a job's: its best/), its checkpoints/ (newest step), or 'tiny-base'",
     ),
     split: str = typer.Option("test", help="train | test"),
     repeats: int = typer.Option(1, help="episodes per task"),
@@ -401,7 +406,7 @@ def sft(
 
     from harnessrl.policy import PolicyLoadError
     from harnessrl.train import LoraConfig, TrainConfig
-    from harnessrl.train.sft import TraceLineError, run_sft
+    from harnessrl.train.sft import run_sft
 
     try:
         config = TrainConfig(
@@ -413,7 +418,7 @@ def sft(
             lora=LoraConfig() if lora else None,
         )
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
-    except (TraceLineError, PolicyLoadError, ValidationError, FileExistsError, FileNotFoundError) as exc:
+    except (PolicyLoadError, ValidationError, ValueError, OSError) as exc:  # TraceLineError is a ValueError
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     console.print(
@@ -702,7 +707,10 @@ def ingest(
     if not traces.is_file():
         _fail(f"{traces}: no such file")
     quarantine = quarantine or traces.with_name(traces.name + ".quarantine.jsonl")
-    db = Store(store)
+    try:
+        db = Store(store)
+    except (ValueError, OSError) as exc:
+        _fail(f"--store: {exc}")
     try:
         counts = run_ingest(traces, db, quarantine, tasks, sft)
     finally:
@@ -732,13 +740,12 @@ def tasks(
     """Generate search tasks from a corpus (explore, write, verify quotes, distractors, split by document)."""
     import tempfile
 
-    import yaml
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harnessrl.envs.search import taskgen
     from harnessrl.envs.search.data import Doc, SearchTask
     from harnessrl.envs.search.index import SearchIndex
-    from harnessrl.types import TraceLineError, read_jsonl
+    from harnessrl.types import TraceLineError, read_jsonl, read_yaml
 
     try:
         docs = read_jsonl(corpus, Doc)
@@ -750,16 +757,16 @@ def tasks(
 
                 from harnessrl.rewards.judge import Judge, JudgeConfig
 
-                config = JudgeConfig.model_validate(yaml.safe_load(judge.read_text()))
+                config = JudgeConfig.model_validate(read_yaml(judge))
                 config.rubric = taskgen.ANSWERABLE
                 report |= asyncio.run(taskgen.answerability(items, Judge(config)))
             print(json.dumps(report))
             return
-        hop_list = [int(h) for h in hops.split(",")]
-        if not set(hop_list) <= {1, 2, 3}:
-            raise ValueError(f"--hops {hops}: 1, 2 or 3")
+        hop_list = [int(h) for h in hops.split(",") if h.strip().isdigit()]
+        if len(hop_list) != len(hops.split(",")) or not set(hop_list) <= {1, 2, 3}:
+            raise ValueError(f"--hops {hops}: comma-separated 1, 2 or 3")
         writer = (
-            taskgen.LLMWriter(taskgen.GeneratorConfig.model_validate(yaml.safe_load(generator.read_text())))
+            taskgen.LLMWriter(taskgen.GeneratorConfig.model_validate(read_yaml(generator)))
             if generator
             else taskgen.RuleWriter(docs)
         )
@@ -777,6 +784,6 @@ def tasks(
                 docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
                 progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
             )  # fmt: skip
-        except FileExistsError as exc:
+        except (FileExistsError, ValueError) as exc:  # a resumed file with a bad line: TraceLineError, a ValueError
             _fail(str(exc))
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

@@ -147,8 +147,12 @@ M = TypeVar("M", bound=BaseModel)
 def read_jsonl(path: Path, model: type[M]) -> list[M]:
     """Every non-blank line of a JSONL file as `model`, or TraceLineError at the first bad line."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceLineError(f"{path}: line {number}: not UTF-8 (byte {exc.start} of the line)") from None
             if not line.strip():
                 continue
             try:
@@ -160,3 +164,20 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
     if not rows:
         raise TraceLineError(f"{path}: no lines")
     return rows
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in a file, or ValueError naming the file (and the line where it stops parsing)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = ": ".join(part for part in (exc.context, exc.problem) if part)
+        raise ValueError(f"{path}: {where}not YAML: {reason}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not YAML: {exc}") from None

@@ -62,6 +62,18 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
     assert again.exit_code == 0, again.output[-2000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["kept"] == 12
     assert len(out.read_text().splitlines()) == 12
+    lines = out.read_text().splitlines(keepends=True)  # killed while appending task 12: its line cut short
+    out.write_text("".join(lines[:11]) + lines[11][:30])
+    mended = cli(*command)
+    assert mended.exit_code == 0, mended.output[-2000:]
+    assert json.loads(mended.stdout.strip().splitlines()[-1])["kept"] == 12
+    assert [SearchTask.model_validate_json(line) for line in out.read_text().splitlines()][:11] == tasks[:11]
+    out.write_text("".join(lines[:3]) + '{"id": 5}\n' + "".join(lines[4:11]))  # a bad line inside: named, not mended
+    bad = cli(*command)
+    assert bad.exit_code == 2 and "tasks.jsonl: line 4" in bad.stderr, bad.output[-2000:]
+    for hops in ("1,x", "4"):
+        wrong = cli(*command[:8], hops, *command[9:])
+        assert wrong.exit_code == 2 and f"--hops {hops}: comma-separated 1, 2 or 3" in wrong.stderr, wrong.output
     (tmp_path / "mine.jsonl").write_text('{"id": "hand-made"}\n')  # a user's own file is never overwritten
     refused = cli(*command[:4], tmp_path / "mine.jsonl", *command[5:])
     assert refused.exit_code == 2 and "not ours to resume" in refused.stderr

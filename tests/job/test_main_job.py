@@ -210,7 +210,23 @@ def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
 def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     (tmp_path / "job.yaml").write_text("rl:\n  updatez: 3\n")
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
-    assert done.exit_code == 2 and "updatez" in done.stderr
+    assert done.exit_code == 2 and "updatez" in done.stderr and "job.yaml" in done.stderr
+    (tmp_path / "job.yaml").write_text(
+        "rl:\n  updates: [1\n model: x\n"
+    )  # not YAML: the file and the line, no traceback
+    done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
+    assert done.exit_code == 2 and "job.yaml: line 3, column 7: not YAML: while parsing a flow sequence" in done.stderr, done.output
+    (tmp_path / "job.yaml").write_text("seed: 1\ndata: {corpus: c.jsonl}\n")  # a corpus needs its tasks
+    done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
+    assert done.exit_code == 2 and "data.corpus and data.tasks go together" in done.stderr, done.output
+    assert not (tmp_path / "r").exists()
+    assert cli("make-corpus", tmp_path / "data").exit_code == 0
+    tasks = (tmp_path / "data" / "tasks.jsonl").read_text().splitlines()
+    (tmp_path / "data" / "tasks.jsonl").write_text("\n".join(tasks[:-1]) + "\n" + tasks[-1][:25])  # a cut last line
+    data = ("--corpus", tmp_path / "data" / "corpus.jsonl", "--tasks", tmp_path / "data" / "tasks.jsonl")
+    done = cli("train", *data, "--out", tmp_path / "r")
+    assert done.exit_code == 2 and f"tasks.jsonl: line {len(tasks)}: " in done.stderr, done.output
+    assert not (tmp_path / "r" / "config.yaml").exists()  # so the same --out takes the mended file's run
 
 
 def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from harnessrl.gateway.serving import EXPIRED
 from harnessrl.loop.store import Store, StoreError
 from harnessrl.types import Call, Episode, Outcome, Task
+from tests.conftest import cli
 
 
 def _call(version: int, n: int = 3) -> Call:
@@ -89,3 +90,13 @@ def test_plain_paths_are_sqlite(tmp_path):
     with store.engine.connect() as db:
         assert db.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     store.close()
+
+
+def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path):
+    (tmp_path / "traces.jsonl").write_text('{"messages": []}\n' * 50)
+    with pytest.raises(ValueError, match=r"traces.jsonl: cannot open it as a trace store: file is not a database"):
+        Store(tmp_path / "traces.jsonl")
+    with pytest.raises(ValueError, match="cannot open it as a trace store"):
+        Store("nosuchdriver://host/db")
+    done = cli("ingest", tmp_path / "traces.jsonl", "--store", tmp_path / "traces.jsonl")
+    assert done.exit_code == 2 and "--store: store" in done.stderr and "not a database" in done.stderr, done.output

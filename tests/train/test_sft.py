@@ -57,6 +57,27 @@ def test_a_bad_trace_line_names_its_line_and_field(tmp_path):
         read_episodes(tmp_path / "missing.jsonl")
     done = cli("sft", "--data", tmp_path / "cut.jsonl", "--out", tmp_path / "r")
     assert done.exit_code == 2 and "line 2" in done.stderr
+    (tmp_path / "latin1.jsonl").write_bytes(
+        lines[0].encode() + b"\n" + lines[1].replace("demo-1", "d\xe9mo-1").encode("latin-1")
+    )
+    done = cli("sft", "--data", tmp_path / "latin1.jsonl", "--out", tmp_path / "r")
+    assert done.exit_code == 2 and "latin1.jsonl: line 2: not UTF-8" in done.stderr, done.output
+    done = cli("sft", "--data", tmp_path, "--out", tmp_path / "r")  # a folder: an OSError, said, not a traceback
+    assert done.exit_code == 2 and str(tmp_path) in done.stderr, done.output
+
+
+def test_demonstrations_sft_cannot_learn_from_are_refused_before_any_step(tmp_path):
+    write_demos(tmp_path / "demos.jsonl", n=2)
+    first, second = (json.loads(line) for line in (tmp_path / "demos.jsonl").read_text().splitlines())
+    frozen = [{**e, "calls": [{**c, "trainable": False} for c in e["calls"]]} for e in (first, second)]
+    (tmp_path / "frozen.jsonl").write_text("".join(json.dumps(e) + "\n" for e in frozen))
+    with pytest.raises(ValueError, match="frozen.jsonl: no episode has a trainable call"):
+        run_sft(tmp_path / "frozen.jsonl", tmp_path / "a")
+    second["calls"][0]["completion_ids"][0] = 1_000_000  # another tokenizer's id
+    (tmp_path / "foreign.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(ValueError, match=r"foreign.jsonl: episode 2 \(\w+\), call 0: token id 1000000 is outside"):
+        run_sft(tmp_path / "foreign.jsonl", tmp_path / "b")
+    assert not (tmp_path / "a" / "metrics.jsonl").exists() and not (tmp_path / "b" / "metrics.jsonl").exists()
 
 
 def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):

@@ -6,8 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
@@ -17,6 +16,7 @@ from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
+from harnessrl.types import read_yaml
 
 # `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU flags (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
@@ -38,6 +38,12 @@ class DataConfig(_Strict):
     synthetic_people: int = Field(
         default=340, ge=8, description="people in the synthetic corpus, one question each (a quarter held out)"
     )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> DataConfig:
+        if (self.corpus is None) != (self.tasks is None):
+            raise ValueError("data.corpus and data.tasks go together (neither: the synthetic generator)")
+        return self
 
 
 class AgentConfig(_Strict):
@@ -300,8 +306,11 @@ class JobConfig(_Strict):
         """The YAML at `path` over the job's defaults, key by key: `rl: {train: {lr: 3e-4}}` changes the
         learning rate and keeps the job's other `rl.train` settings (ppo_epochs 2, mini_batches 2), which
         a block given whole would reset to TrainConfig's own defaults."""
-        given = {} if path is None else yaml.safe_load(path.read_text()) or {}
-        return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
+        given = {} if path is None else read_yaml(path) or {}
+        try:
+            return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
+        except ValidationError as exc:  # the file, then pydantic's field and message
+            raise ValueError(f"{path}: {exc}") from None
 
     @classmethod
     def load_run(cls, folder: Path) -> JobConfig:
@@ -311,7 +320,7 @@ class JobConfig(_Strict):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not a run folder")
         config = cls.load(path)
-        given = yaml.safe_load(path.read_text()) or {}
+        given = read_yaml(path) or {}
         if unset := _unset(given, config.model_dump(mode="json")):
             warnings.warn(
                 f"{path} does not set {', '.join(f'{k} (now {v!r})' for k, v in unset.items())}: it was written "

@@ -69,6 +69,8 @@ ADMIN = "harnessrl-job-admin"
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
+    if config.data.corpus is not None:  # a bad corpus or task file fails before the run folder holds this config
+        load(config.data.corpus, config.data.tasks)
     start_run(config, out)
     return asyncio.run(_Job(config, out, progress).run())
 

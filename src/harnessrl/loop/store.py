@@ -99,10 +99,14 @@ class Store:
             Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         if self.url.startswith("postgresql://"):  # psycopg 3 is the driver we ship (`pip install psycopg[binary]`)
             self.url = "postgresql+psycopg://" + self.url.removeprefix("postgresql://")
-        self.engine = sa.create_engine(self.url, pool_pre_ping=True)
-        if self.engine.dialect.name == "sqlite":
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        _meta.create_all(self.engine)
+        try:
+            self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+            if self.engine.dialect.name == "sqlite":
+                sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            _meta.create_all(self.engine)
+        except sa.exc.SQLAlchemyError as exc:  # not a database, an unknown scheme, a server that refuses
+            reason = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).splitlines()[0]
+            raise ValueError(f"store {target}: cannot open it as a trace store: {reason}") from None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -63,6 +63,7 @@ def run_sft(
     total = epochs * steps_per_epoch
     config = config.model_copy(update={"total_steps": total, "seed": seed})
     lm, tokenizer = load_model_and_tokenizer(model, seed=seed)
+    _check_demonstrations(episodes, data, lm.get_input_embeddings().num_embeddings)
     trainer = Trainer(lm, tokenizer, config, run_dir=out)
     checkpoints = out / "checkpoints"
     cursor = {"epoch": 0, "index": 0}
@@ -91,11 +92,26 @@ def run_sft(
             if cursor["index"] >= len(episodes):
                 cursor = {"epoch": epoch + 1, "index": 0}
             metrics = trainer.sft_step(batch, {"data/epoch": epoch})
-            bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
+            if "loss/sft" in metrics:  # else a batch without a trainable token: no step (perf/skipped_update)
+                bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
             if trainer.step % save_every == 0 or trainer.step == total:
                 trainer.save(checkpoints, cursor)
     _publish(trainer, out / "model")
     return metrics
+
+
+def _check_demonstrations(episodes: list[Episode], data: Path, vocab: int) -> None:
+    """Refuse what SFT cannot learn from, before any step: no trainable completion anywhere, or token ids the
+    model has no embedding for (episodes recorded with another tokenizer)."""
+    if not any(call.trainable and call.completion_ids for e in episodes for call in e.calls):
+        raise ValueError(f"{data}: no episode has a trainable call with completion tokens: nothing to learn")
+    for number, episode in enumerate(episodes, start=1):
+        for index, call in enumerate(episode.calls):
+            if bad := [t for t in (*call.prompt_ids, *call.completion_ids) if not 0 <= t < vocab]:
+                raise ValueError(
+                    f"{data}: episode {number} ({episode.id}), call {index}: token id {bad[0]} is outside the model's "
+                    f"vocabulary (0..{vocab - 1}): recorded with another tokenizer?"
+                )
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

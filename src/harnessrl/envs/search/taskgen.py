@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 from collections import Counter
@@ -37,6 +38,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl.envs.search.data import Doc, Quote, SearchTask, normalise
+from harnessrl.types import read_jsonl
 
 _FACT = re.compile(r"^\s*([A-Za-z][\w ]{0,40}?)\s*:\s*(\S.{0,200}?)\s*$")
 
@@ -238,9 +240,7 @@ def generate(
     state_path = out.with_name(out.name + ".progress.json")
     run = Run()
     if out.is_file() and state_path.is_file():
-        run.kept = [SearchTask.model_validate_json(line) for line in out.read_text().splitlines() if line.strip()]
-        state = json.loads(state_path.read_text())
-        run.attempts, run.dropped, run.hops = state["attempts"], Counter(state["dropped"]), Counter(state["hops"])
+        run = _resumed(out, state_path)
     elif out.is_file() and out.stat().st_size:
         raise FileExistsError(
             f"{out}: exists and has no {state_path.name} (not ours to resume): remove it or pick --out"
@@ -261,10 +261,27 @@ def generate(
             seen.add(normalise(task.question))
             with open(out, "a") as f:
                 f.write(task.model_dump_json() + "\n")
-        state_path.write_text(json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops}))
+        state = json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops})
+        state_path.with_name(state_path.name + ".tmp").write_text(state)
+        os.replace(state_path.with_name(state_path.name + ".tmp"), state_path)  # a kill leaves the old state or the new
         if progress is not None:
             progress(len(run.kept), run.attempts)
     return run
+
+
+def _resumed(out: Path, state_path: Path) -> Run:
+    """The run a killed `generate` left: its tasks (a last line cut by the kill is dropped, and the file mended) and
+    its counters; a bad line elsewhere is a TraceLineError naming it."""
+    text = out.read_text(encoding="utf-8")
+    if not text.endswith("\n"):  # the kill came while a task was being appended: that task is lost, not the file
+        out.write_text(text := text[: text.rfind("\n") + 1], encoding="utf-8")
+    try:
+        state = json.loads(state_path.read_text())
+        attempts, dropped, hops = int(state["attempts"]), Counter(state["dropped"]), Counter(state["hops"])
+    except (KeyError, TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{state_path}: not this run's progress ({exc}): remove it and {out} to start again") from None
+    kept = read_jsonl(out, SearchTask) if text.strip() else []
+    return Run(kept, dropped, hops, attempts)
 
 
 def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors) -> SearchTask | str:
