@@ -215,7 +215,9 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
         "rl:\n  updates: [1\n model: x\n"
     )  # not YAML: the file and the line, no traceback
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
-    assert done.exit_code == 2 and "job.yaml: line 3, column 7: not YAML: while parsing a flow sequence" in done.stderr, done.output
+    assert (
+        done.exit_code == 2 and "job.yaml: line 3, column 7: not YAML: while parsing a flow sequence" in done.stderr
+    ), done.output
     (tmp_path / "job.yaml").write_text("seed: 1\ndata: {corpus: c.jsonl}\n")  # a corpus needs its tasks
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
     assert done.exit_code == 2 and "data.corpus and data.tasks go together" in done.stderr, done.output
