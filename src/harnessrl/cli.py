@@ -344,6 +344,11 @@ def eval_command(
     concurrency: int = typer.Option(32, help="episodes in flight at once"),
     seed: int = typer.Option(0, help="torch seed for sampling"),
     tool_format: str | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the job config's"),
+    baseline: Path | None = typer.Option(
+        None,
+        help="episodes of the same tasks evaluated before (an eval's episodes.jsonl, a job's eval_before.jsonl): "
+        "adds gain_vs_baseline, the success gain paired by task with its 95% interval",
+    ),
 ) -> None:
     """Run a harness on every task of a split N times: each metric's mean and 95% CI. Last line: JSON."""
     import json
@@ -360,7 +365,7 @@ def eval_command(
         job.tool_format = tool_format or job.tool_format
         request = EvalRequest(
             env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
-            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=job,
+            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=job, baseline=baseline,
         )  # fmt: skip
         report = evaluate(request, out)
     except (
@@ -375,6 +380,9 @@ def eval_command(
     for name, m in report["metrics"].items():
         table.add_row(name, f"{m['mean']:.4g}", f"[{m['low']:.4g}, {m['high']:.4g}]")
     console.print(table)
+    if g := report.get("gain_vs_baseline"):
+        console.print(f"against {g['baseline']} ({g['tasks']} tasks): success {g['success_before']:.3f} -> "
+                      f"{g['success_after']:.3f}, gain 95% CI {g['ci']}")  # fmt: skip
     console.print(f"written: {out / 'eval.json'}, {out / 'eval.md'}, {out / 'episodes.jsonl'}")
     print(json.dumps(report))
 

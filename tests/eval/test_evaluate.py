@@ -13,13 +13,14 @@ from harnessrl.eval.evaluate import (
     by_rare_draws,
     critical_steps,
     episode_metrics,
+    paired_gain,
     permutation_p,
     rare_draws,
     resolve_checkpoint,
     summarize,
     tool_errors,
 )
-from harnessrl.types import Call, Episode, Task
+from harnessrl.types import Call, Episode, Outcome, Task
 from tests.conftest import cli
 
 DOCS = {
@@ -100,6 +101,12 @@ def test_eval_runs_each_test_task_n_times_and_reports_intervals(tmp_path):
         assert metrics[name]["mean"] == pytest.approx(mean)
     table = (out / "eval.md").read_text()
     assert all(f"| {name} |" in table for name in metrics)
+    again = _harnessrl("eval", "--env", "search", "--checkpoint", tmp_path / "run", "--config", tmp_path / "job.yaml",
+                       "--corpus", corpus, "--tasks", tasks, "--out", tmp_path / "again", "--baseline", out / "episodes.jsonl")  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    gain = json.loads(again.stdout.strip().splitlines()[-1])["gain_vs_baseline"]
+    assert gain["tasks"] == 3 and gain["success_before"] == pytest.approx(metrics["success"]["mean"], abs=1e-4)
+    assert gain["ci"][0] <= gain["success_after"] - gain["success_before"] <= gain["ci"][1] + 1e-9
     classes = Counter(k for e in episodes for k in e.metrics if k.startswith("error/"))
     assert sum(classes.values()) == 6 and report["error_classes"] == {k[6:]: n for k, n in classes.items()}
     assert "Episodes per error class: " in table
@@ -268,3 +275,16 @@ async def test_a_failed_episode_scores_the_failure_reward(policy):
     assert "tool crashed" in episodes[2].failure_reason
     assert bad["failed"] == 1.0 and bad["success"] == 0.0
     assert bad["reward"] == bad["reward/failure"] == -0.5
+
+
+def test_the_gain_against_a_baseline_pairs_the_tasks_both_evaluated():
+    def episode(task: str, success: bool) -> Episode:
+        return Episode(task=Task(id=task), status="finished", outcome=Outcome(success=success))
+
+    before = [episode("a", False), episode("a", True), episode("b", True), episode("gone", True)]
+    after = [episode("a", True), episode("b", True), episode("new", False)]
+    gain = paired_gain(before, after)  # a: 0.5 -> 1.0, b: 1.0 -> 1.0; "gone" and "new" left out
+    assert (gain["tasks"], gain["success_before"], gain["success_after"]) == (2, 0.75, 1.0)
+    assert gain["ci"][0] == 0.0 and gain["ci"][1] == 0.5
+    with pytest.raises(ValueError, match="share no task"):
+        paired_gain(before, [episode("new", True)])

@@ -56,7 +56,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy.sources import PRESETS, SHIPPED
 from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
-from harnessrl.types import Call, Episode, Task
+from harnessrl.types import Call, Episode, Task, read_jsonl
 
 ADMIN = "harnessrl-eval-admin"
 SCHEDULE_END = 10**9  # a step past every schedule's end: rewards at their final formula
@@ -84,6 +84,11 @@ class EvalRequest(BaseModel):
     corpus: Path | None = Field(default=None, description="corpus JSONL; overrides the job config's")
     tasks: Path | None = Field(default=None, description="tasks JSONL; overrides the job config's")
     job: JobConfig = Field(default_factory=JobConfig, description="agent settings, data, rollout timeout")
+    baseline: Path | None = Field(
+        default=None,
+        description="episodes JSONL of the same tasks evaluated before (an eval's episodes.jsonl, a job's "
+        "eval_before.jsonl): eval.json's `gain_vs_baseline` is the success gain over it, paired by task",
+    )
 
     @model_validator(mode="after")
     def _known(self) -> EvalRequest:
@@ -311,6 +316,23 @@ def gain_ci(before: list[Episode], after: list[Episode], score=succeeded) -> lis
     return [round(low, 4), round(high, 4)]
 
 
+NO_SHARED_TASK = "--baseline: its episodes share no task with this evaluation (another split or corpus?)"
+
+
+def paired_gain(before: list[Episode], after: list[Episode]) -> dict:
+    """Success after minus before on the tasks both evaluated: {tasks, success_before, success_after (means of the
+    task means), ci (gain_ci)}; a ValueError where they share no task."""
+    b, a = scores_by_task(before, succeeded), scores_by_task(after, succeeded)
+    if not (shared := [t for t in a if t in b]):
+        raise ValueError(NO_SHARED_TASK)
+
+    def mean(scores: dict[str, list[float]]) -> float:
+        return round(sum(sum(scores[t]) / len(scores[t]) for t in shared) / len(shared), 4)
+
+    paired = [e for e in before if e.task.id in a], [e for e in after if e.task.id in b]
+    return {"tasks": len(shared), "success_before": mean(b), "success_after": mean(a), "ci": gain_ci(*paired)}
+
+
 def scores_by_task(episodes: list[Episode], score) -> dict[str, list[float]]:
     """Each task's `score` of its episodes, in the order they come."""
     scores: dict[str, list[float]] = {}
@@ -433,10 +455,13 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
     from harnessrl.policy import Policy
 
     model = resolve_checkpoint(request.checkpoint)
+    baseline = read_jsonl(request.baseline, Episode) if request.baseline is not None else None  # a bad file: fail now
     out.mkdir(parents=True, exist_ok=True)
     env = ENVS[request.env](request, out)
     if not env.tasks:
         raise ValueError(f"--env {request.env}: the {request.split} split has no tasks")
+    if baseline is not None and not {t.id for t in env.tasks} & {e.task.id for e in baseline}:
+        raise ValueError(f"{request.baseline}: {NO_SHARED_TASK}")
     torch.manual_seed(request.seed)
     policy = Policy.load(model, seed=request.seed, tool_format=request.job.tool_format)
     rollout = request.job.rl.rollout
@@ -471,6 +496,8 @@ def evaluate(request: EvalRequest, out: Path) -> dict:
         "rare_draws": by_rare_draws(episodes),
         "wall_seconds": time.perf_counter() - started,
     }
+    if baseline is not None:
+        report["gain_vs_baseline"] = paired_gain(baseline, episodes) | {"baseline": str(request.baseline)}
     (out / "episodes.jsonl").write_text("".join(e.to_json() + "\n" for e in episodes))
     (out / "eval.json").write_text(json.dumps(report, indent=1))
     (out / "eval.md").write_text(markdown(report))
@@ -503,6 +530,9 @@ def markdown(report: dict) -> str:
     ]
     for name, m in r["metrics"].items():
         lines.append(f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |")
+    if g := r.get("gain_vs_baseline"):
+        lines += ["", f"Success against `{g['baseline']}` on the {g['tasks']} tasks both evaluated: {g['success_before']:.3g}"
+                  f" → {g['success_after']:.3g}, gain 95 % CI [{g['ci'][0]:.3g}, {g['ci'][1]:.3g}] (paired by task)."]  # fmt: skip
     if r.get("error_classes"):
         counts = ", ".join(f"{k} {v}" for k, v in r["error_classes"].items())  # most frequent first
         lines += ["", f"Episodes per error class: {counts}."]
