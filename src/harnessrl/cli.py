@@ -414,7 +414,7 @@ def sft(
 
     from harnessrl.policy import PolicyLoadError
     from harnessrl.train import LoraConfig, TrainConfig
-    from harnessrl.train.sft import run_sft
+    from harnessrl.train.sft import DemonstrationError, TraceLineError, run_sft
 
     try:
         config = TrainConfig(
@@ -426,7 +426,7 @@ def sft(
             lora=LoraConfig() if lora else None,
         )
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
-    except (PolicyLoadError, ValidationError, ValueError, OSError) as exc:  # TraceLineError is a ValueError
+    except (TraceLineError, DemonstrationError, PolicyLoadError, ValidationError, OSError) as exc:  # OSError: --data
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     console.print(
@@ -792,6 +792,6 @@ def tasks(
                 docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
                 progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
             )  # fmt: skip
-        except (FileExistsError, ValueError) as exc:  # a resumed file with a bad line: TraceLineError, a ValueError
+        except (FileExistsError, TraceLineError, taskgen.ProgressError) as exc:  # what a resumed run's files hold
             _fail(str(exc))
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

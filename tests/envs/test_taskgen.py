@@ -62,8 +62,8 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
     assert again.exit_code == 0, again.output[-2000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["kept"] == 12
     assert len(out.read_text().splitlines()) == 12
-    lines = out.read_text().splitlines(keepends=True)  # killed while appending task 12: its line cut short
-    out.write_text("".join(lines[:11]) + lines[11][:30])
+    lines = out.read_text().splitlines(keepends=True)  # killed while appending task 12: its line cut short,
+    out.write_bytes("".join(lines[:11]).encode() + "Ö".encode()[:1])  # inside a character
     mended = cli(*command)
     assert mended.exit_code == 0, mended.output[-2000:]
     assert json.loads(mended.stdout.strip().splitlines()[-1])["kept"] == 12

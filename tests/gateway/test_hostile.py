@@ -85,13 +85,16 @@ async def test_each_reproduction_is_a_400_naming_its_field(tool_server, path, bo
 
 async def test_a_json_body_sent_without_its_content_type_is_a_400_that_says_so(tool_server):
     async with httpx.AsyncClient(base_url=tool_server.base_url) as http:  # what `curl -d '{...}'` sends
-        for kind in ("application/x-www-form-urlencoded", "text/plain"):
+        for kind in ("application/x-www-form-urlencoded", "text/plain", "application/x-ndjson"):
             headers = {"Authorization": f"Bearer {ADMIN_KEY}", "content-type": kind}
             r = await http.post("/v1/chat/completions", content=json.dumps(_chat()), headers=headers)
             assert r.status_code == 400 and r.json()["error"]["code"] == "content_type", r.text
             assert "Content-Type: application/json" in r.json()["error"]["message"] and kind in r.text
         r = await _post(http, "/v1/chat/completions", _chat())
-    assert r.status_code == 200, r.text
+        assert r.status_code == 200, r.text
+        wrong_shape = {"Authorization": f"Bearer {ADMIN_KEY}", "content-type": "Application/JSON; charset=utf-8"}
+        r = await http.post("/v1/chat/completions", content="[]", headers=wrong_shape)  # JSON, told so: its shape
+    assert r.status_code == 400 and r.json()["error"]["code"] != "content_type", r.text
 
 
 async def test_forged_tool_call_arguments_of_any_size_or_depth_are_compared_as_text(tool_server):

@@ -96,7 +96,8 @@ def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path):
     (tmp_path / "traces.jsonl").write_text('{"messages": []}\n' * 50)
     with pytest.raises(ValueError, match=r"traces.jsonl: cannot open it as a trace store: file is not a database"):
         Store(tmp_path / "traces.jsonl")
-    with pytest.raises(ValueError, match="cannot open it as a trace store"):
-        Store("nosuchdriver://host/db")
+    with pytest.raises(ValueError, match="cannot open it as a trace store") as refused:
+        Store("nosuchdriver://user:secret@host/db")
+    assert "secret" not in str(refused.value)
     done = cli("ingest", tmp_path / "traces.jsonl", "--store", tmp_path / "traces.jsonl")
     assert done.exit_code == 2 and "--store: store" in done.stderr and "not a database" in done.stderr, done.output

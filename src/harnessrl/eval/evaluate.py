@@ -329,8 +329,7 @@ def paired_gain(before: list[Episode], after: list[Episode]) -> dict:
     def mean(scores: dict[str, list[float]]) -> float:
         return round(sum(sum(scores[t]) / len(scores[t]) for t in shared) / len(shared), 4)
 
-    paired = [e for e in before if e.task.id in a], [e for e in after if e.task.id in b]
-    return {"tasks": len(shared), "success_before": mean(b), "success_after": mean(a), "ci": gain_ci(*paired)}
+    return {"tasks": len(shared), "success_before": mean(b), "success_after": mean(a), "ci": gain_ci(before, after)}
 
 
 def scores_by_task(episodes: list[Episode], score) -> dict[str, list[float]]:
@@ -531,8 +530,9 @@ def markdown(report: dict) -> str:
     for name, m in r["metrics"].items():
         lines.append(f"| {name} | {m['mean']:.4g} | [{m['low']:.4g}, {m['high']:.4g}] |")
     if g := r.get("gain_vs_baseline"):
-        lines += ["", f"Success against `{g['baseline']}` on the {g['tasks']} tasks both evaluated: {g['success_before']:.3g}"
-                  f" → {g['success_after']:.3g}, gain 95 % CI [{g['ci'][0]:.3g}, {g['ci'][1]:.3g}] (paired by task)."]  # fmt: skip
+        low, high = g["ci"]
+        change = f"{g['success_before']:.3g} → {g['success_after']:.3g}, gain 95 % CI [{low:.3g}, {high:.3g}]"
+        lines += ["", f"Success against `{g['baseline']}` on the {g['tasks']} tasks both evaluated: {change} (paired)."]
     if r.get("error_classes"):
         counts = ", ".join(f"{k} {v}" for k, v in r["error_classes"].items())  # most frequent first
         lines += ["", f"Episodes per error class: {counts}."]

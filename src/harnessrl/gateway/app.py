@@ -123,7 +123,9 @@ def create_app(
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         kind = request.headers.get("content-type", "")
-        if tuple(first["loc"]) == ("body",) and "json" not in kind:  # FastAPI reads a body as JSON only when told so
+        media = kind.split(";")[0].strip().lower()  # FastAPI parses application/json and application/*+json only
+        json_kind = media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+        if tuple(first["loc"]) == ("body",) and not json_kind:
             message = f"body: send it as JSON with Content-Type: application/json (this one's: {kind or 'none'})"
             return _error_response(400, message, None, "content_type")
         if first["type"] == "json_invalid":

@@ -18,7 +18,7 @@ from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
 from harnessrl.types import read_yaml
 
-# `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU flags (the
+# `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
 LAPTOP_SECONDS = 900.0
 
@@ -309,8 +309,10 @@ class JobConfig(_Strict):
         given = {} if path is None else read_yaml(path) or {}
         try:
             return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
-        except ValidationError as exc:  # the file, then pydantic's field and message
-            raise ValueError(f"{path}: {exc}") from None
+        except ValidationError as exc:  # the file, then the first field at fault and pydantic's message for it
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "config"
+            raise ValueError(f"{path}: {where}: {first['msg']}") from None
 
     @classmethod
     def load_run(cls, folder: Path) -> JobConfig:

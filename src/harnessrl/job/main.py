@@ -69,8 +69,6 @@ ADMIN = "harnessrl-job-admin"
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    if config.data.corpus is not None:  # a bad corpus or task file fails before the run folder holds this config
-        load(config.data.corpus, config.data.tasks)
     start_run(config, out)
     return asyncio.run(_Job(config, out, progress).run())
 
@@ -78,7 +76,10 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
 def start_run(config: JobConfig, out: Path) -> None:
     """A fresh run's folder, with its config.yaml. It may hold the same run (its finished phases are
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
-    mixed in (a ValueError names the keys)."""
+    mixed in (a ValueError names the keys). A corpus or task file that does not load fails here, before the folder
+    holds the config (a retry with the mended file would be refused as another run)."""
+    if config.data.corpus is not None:
+        load(config.data.corpus, config.data.tasks)
     if (out / "config.yaml").is_file():
         changed = _changed(JobConfig.load_run(out).model_dump(mode="json"), config.model_dump(mode="json"))
         if changed:

@@ -92,6 +92,14 @@ def store_url(target: str | Path) -> str:
     return text if "://" in text else f"sqlite:///{Path(text).resolve()}"
 
 
+def _shown(url: str) -> str:
+    """The URL as an error may print it: without its password."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:  # not a URL SQLAlchemy reads: its scheme is all we show
+        return url.split("://")[0] + "://..."
+
+
 class Store:
     def __init__(self, target: str | Path):
         self.url = store_url(target)
@@ -106,7 +114,7 @@ class Store:
             _meta.create_all(self.engine)
         except sa.exc.SQLAlchemyError as exc:  # not a database, an unknown scheme, a server that refuses
             reason = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).splitlines()[0]
-            raise ValueError(f"store {target}: cannot open it as a trace store: {reason}") from None
+            raise ValueError(f"store {_shown(self.url)}: cannot open it as a trace store: {reason}") from None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -22,7 +22,7 @@ from harnessrl.train.config import TrainConfig
 from harnessrl.train.trainer import Trainer
 from harnessrl.types import Call, Episode, Task, TraceLineError, read_jsonl
 
-__all__ = ["TraceLineError", "demonstration", "read_episodes", "run_sft"]
+__all__ = ["DemonstrationError", "TraceLineError", "demonstration", "read_episodes", "run_sft"]
 
 
 def read_episodes(path: Path) -> list[Episode]:
@@ -63,7 +63,7 @@ def run_sft(
     total = epochs * steps_per_epoch
     config = config.model_copy(update={"total_steps": total, "seed": seed})
     lm, tokenizer = load_model_and_tokenizer(model, seed=seed)
-    _check_demonstrations(episodes, data, lm.get_input_embeddings().num_embeddings)
+    _check_demonstrations(episodes, data, lm.get_input_embeddings().num_embeddings, config.mask_agents)
     trainer = Trainer(lm, tokenizer, config, run_dir=out)
     checkpoints = out / "checkpoints"
     cursor = {"epoch": 0, "index": 0}
@@ -92,23 +92,28 @@ def run_sft(
             if cursor["index"] >= len(episodes):
                 cursor = {"epoch": epoch + 1, "index": 0}
             metrics = trainer.sft_step(batch, {"data/epoch": epoch})
-            if "loss/sft" in metrics:  # else a batch without a trainable token: no step (perf/skipped_update)
-                bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
+            if "loss/sft" not in metrics:  # a batch without a trainable token: no step (perf/skipped_update)
+                continue
+            bar.update(task, completed=trainer.step, loss=f"{metrics['loss/sft']:.4f}")
             if trainer.step % save_every == 0 or trainer.step == total:
                 trainer.save(checkpoints, cursor)
     _publish(trainer, out / "model")
     return metrics
 
 
-def _check_demonstrations(episodes: list[Episode], data: Path, vocab: int) -> None:
-    """Refuse what SFT cannot learn from, before any step: no trainable completion anywhere, or token ids the
-    model has no embedding for (episodes recorded with another tokenizer)."""
-    if not any(call.trainable and call.completion_ids for e in episodes for call in e.calls):
-        raise ValueError(f"{data}: no episode has a trainable call with completion tokens: nothing to learn")
+class DemonstrationError(ValueError):
+    """Demonstrations SFT cannot learn from; the message names the file (and the episode)."""
+
+
+def _check_demonstrations(episodes: list[Episode], data: Path, vocab: int, mask_agents: list[str]) -> None:
+    """Refuse what SFT cannot learn from, before any step: no trainable completion anywhere (masked agents' count
+    as none), or token ids the model has no embedding for (episodes recorded with another tokenizer)."""
+    if not any(c.trainable and c.completion_ids and c.agent not in mask_agents for e in episodes for c in e.calls):
+        raise DemonstrationError(f"{data}: no episode has a trainable call with completion tokens: nothing to learn")
     for number, episode in enumerate(episodes, start=1):
         for index, call in enumerate(episode.calls):
             if bad := [t for t in (*call.prompt_ids, *call.completion_ids) if not 0 <= t < vocab]:
-                raise ValueError(
+                raise DemonstrationError(
                     f"{data}: episode {number} ({episode.id}), call {index}: token id {bad[0]} is outside the model's "
                     f"vocabulary (0..{vocab - 1}): recorded with another tokenizer?"
                 )

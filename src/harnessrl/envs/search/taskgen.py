@@ -259,7 +259,7 @@ def generate(
             run.kept.append(task)
             run.hops[str(task.hops)] += 1
             seen.add(normalise(task.question))
-            with open(out, "a") as f:
+            with open(out, "a", encoding="utf-8") as f:
                 f.write(task.model_dump_json() + "\n")
         state = json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops})
         state_path.with_name(state_path.name + ".tmp").write_text(state)
@@ -269,19 +269,25 @@ def generate(
     return run
 
 
+class ProgressError(ValueError):
+    """A resumed run's progress file that is not one `generate` wrote; the message names it."""
+
+
 def _resumed(out: Path, state_path: Path) -> Run:
     """The run a killed `generate` left: its tasks (a last line cut by the kill is dropped, and the file mended) and
     its counters; a bad line elsewhere is a TraceLineError naming it."""
-    text = out.read_text(encoding="utf-8")
-    if not text.endswith("\n"):  # the kill came while a task was being appended: that task is lost, not the file
-        out.write_text(text := text[: text.rfind("\n") + 1], encoding="utf-8")
     try:
         state = json.loads(state_path.read_text())
-        attempts, dropped, hops = int(state["attempts"]), Counter(state["dropped"]), Counter(state["hops"])
+        attempts, dropped = int(state["attempts"]), Counter(state["dropped"])
     except (KeyError, TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{state_path}: not this run's progress ({exc}): remove it and {out} to start again") from None
-    kept = read_jsonl(out, SearchTask) if text.strip() else []
-    return Run(kept, dropped, hops, attempts)
+        raise ProgressError(
+            f"{state_path}: not this run's progress ({exc}): remove it and {out} to start again"
+        ) from None
+    data = out.read_bytes()  # bytes: the kill may have cut a line inside a character
+    if not data.endswith(b"\n"):  # it came while a task was being appended: that task is lost, not the file
+        out.write_bytes(data := data[: data.rfind(b"\n") + 1])
+    kept = read_jsonl(out, SearchTask) if data.strip() else []
+    return Run(kept, dropped, Counter(str(t.hops) for t in kept), attempts)  # hops: of the tasks kept
 
 
 def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors) -> SearchTask | str:
