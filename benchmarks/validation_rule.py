@@ -22,9 +22,8 @@ import json
 import math
 from pathlib import Path
 
-import yaml
-
 from harnessrl.job.main import validation_choice
+from harnessrl.types import read_yaml
 
 
 def warm_start_p(records: list[dict], chosen: dict) -> float:
@@ -53,7 +52,7 @@ def replay(run: Path) -> dict | None:
     chosen = next((r for r in records if r["update"] == s["chosen_update"]), None)
     if chosen is None or "success" not in chosen:  # no validation, or the swarm job's item-F1
         return None
-    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
+    config = read_yaml(run / "config.yaml") if (run / "config.yaml").is_file() else {}
     return {
         "run": str(run),
         "own_p": (config.get("rl") or {}).get("validation_p", 1.0),  # runs before the key kept the best: 1.0

@@ -770,9 +770,9 @@ def tasks(
                 report |= asyncio.run(taskgen.answerability(items, Judge(config)))
             print(json.dumps(report))
             return
-        hop_list = [int(h) for h in hops.split(",") if h.strip().isdigit()]
-        if len(hop_list) != len(hops.split(",")) or not set(hop_list) <= {1, 2, 3}:
+        if not all(h.strip() in ("1", "2", "3") for h in hops.split(",")):
             raise ValueError(f"--hops {hops}: comma-separated 1, 2 or 3")
+        hop_list = [int(h) for h in hops.split(",")]
         writer = (
             taskgen.LLMWriter(taskgen.GeneratorConfig.model_validate(read_yaml(generator)))
             if generator

@@ -181,3 +181,12 @@ def read_yaml(path: Path) -> Any:
         raise ValueError(f"{path}: {where}not YAML: {reason}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not YAML: {exc}") from None
+
+
+def validated(model: type[M], data: Any, path: Path) -> M:
+    """`model` from what a file held, or ValueError naming the file, then the first field at fault and its message."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ValueError(f"{path}: {'.'.join(map(str, first['loc'])) or 'config'}: {first['msg']}") from None

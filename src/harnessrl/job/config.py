@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
@@ -16,7 +16,7 @@ from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
 from harnessrl.train.loggers import Loggers
 from harnessrl.train.precision import Precision
-from harnessrl.types import read_yaml
+from harnessrl.types import read_yaml, validated
 
 # `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
@@ -307,12 +307,7 @@ class JobConfig(_Strict):
         learning rate and keeps the job's other `rl.train` settings (ppo_epochs 2, mini_batches 2), which
         a block given whole would reset to TrainConfig's own defaults."""
         given = {} if path is None else read_yaml(path) or {}
-        try:
-            return cls.model_validate(_over(cls().model_dump(), given) if isinstance(given, dict) else given)
-        except ValidationError as exc:  # the file, then the first field at fault and pydantic's message for it
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "config"
-            raise ValueError(f"{path}: {where}: {first['msg']}") from None
+        return validated(cls, _over(cls().model_dump(), given) if isinstance(given, dict) else given, path)
 
     @classmethod
     def load_run(cls, folder: Path) -> JobConfig:

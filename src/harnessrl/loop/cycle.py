@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from harnessrl.gateway.serving import EXPIRED
 from harnessrl.loop.feedback import FeedbackMap, feedback_reward
@@ -41,7 +40,7 @@ from harnessrl.loop.store import Store
 from harnessrl.policy import Policy
 from harnessrl.policy.model import load_model_and_tokenizer
 from harnessrl.train import TrainConfig, Trainer, lora_for
-from harnessrl.types import Episode, Task, read_jsonl
+from harnessrl.types import Episode, Task, read_jsonl, read_yaml, validated
 
 
 class BenchmarkConfig(BaseModel):
@@ -72,13 +71,10 @@ class LoopConfig(BaseModel):
     @classmethod
     def load(cls, path: Path) -> LoopConfig:
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-            config = cls.model_validate(data)
-        except (OSError, yaml.YAMLError) as exc:
+            data = read_yaml(path) or {}  # not YAML: a ValueError naming the file and line
+        except OSError as exc:
             raise ValueError(f"{path}: {exc}") from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        config = validated(cls, data, path)
         base = Path(path).resolve().parent  # relative paths are the config's
         config.registry = base / config.registry
         config.benchmark.tasks = base / config.benchmark.tasks

@@ -112,9 +112,11 @@ def _check_demonstrations(episodes: list[Episode], data: Path, vocab: int, mask_
         raise DemonstrationError(f"{data}: no episode has a trainable call with completion tokens: nothing to learn")
     for number, episode in enumerate(episodes, start=1):
         for index, call in enumerate(episode.calls):
-            if bad := [t for t in (*call.prompt_ids, *call.completion_ids) if not 0 <= t < vocab]:
+            ids = call.prompt_ids + call.completion_ids
+            if ids and (min(ids) < 0 or max(ids) >= vocab):  # min / max in C: the scan stays cheap on large data
+                bad = next(t for t in ids if not 0 <= t < vocab)
                 raise DemonstrationError(
-                    f"{data}: episode {number} ({episode.id}), call {index}: token id {bad[0]} is outside the model's "
+                    f"{data}: episode {number} ({episode.id}), call {index}: token id {bad} is outside the model's "
                     f"vocabulary (0..{vocab - 1}): recorded with another tokenizer?"
                 )
 

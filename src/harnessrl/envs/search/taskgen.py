@@ -261,9 +261,9 @@ def generate(
             seen.add(normalise(task.question))
             with open(out, "a", encoding="utf-8") as f:
                 f.write(task.model_dump_json() + "\n")
-        state = json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops})
-        state_path.with_name(state_path.name + ".tmp").write_text(state)
-        os.replace(state_path.with_name(state_path.name + ".tmp"), state_path)  # a kill leaves the old state or the new
+        tmp = state_path.with_name(state_path.name + ".tmp")  # replaced whole: a kill leaves the old state or the new
+        tmp.write_text(json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops}))
+        os.replace(tmp, state_path)
         if progress is not None:
             progress(len(run.kept), run.attempts)
     return run
