@@ -751,12 +751,12 @@ def tasks(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harnessrl.envs.search import taskgen
-    from harnessrl.envs.search.data import Doc, SearchTask
+    from harnessrl.envs.search.data import SearchTask, load_corpus
     from harnessrl.envs.search.index import SearchIndex
     from harnessrl.types import TraceLineError, read_jsonl, read_yaml
 
     try:
-        docs = read_jsonl(corpus, Doc)
+        docs = load_corpus(corpus)
         if audit is not None:
             items = read_jsonl(audit, SearchTask)
             report = taskgen.audit(items, docs)

@@ -158,12 +158,16 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
             try:
                 rows.append(model.model_validate_json(line))
             except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise TraceLineError(f"{path}: line {number}: {where}: {first['msg']}") from None
+                raise line_error(path, number, exc) from None
     if not rows:
         raise TraceLineError(f"{path}: no lines")
     return rows
+
+
+def line_error(path: Path, number: int, exc: ValidationError) -> TraceLineError:
+    """The error of a JSONL line that did not validate: file, line, the first field at fault, its message."""
+    first = exc.errors()[0]
+    return TraceLineError(f"{path}: line {number}: {'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}")
 
 
 def read_yaml(path: Path) -> Any:

@@ -143,8 +143,14 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     error = _failure(str(tmp_path / "nope.jsonl"))
     assert "no such file" in error and "--run" in error
     path = tmp_path / "episodes.jsonl"
-    path.write_text(episode.to_json() + "\n" + episode.to_json()[:50] + "\n")
-    assert f"{path}: line 2" in _failure(str(path))
+    cut = episode.model_copy(update={"id": "cut-1"}).to_json()[:50]  # a killed run's last line
+    assert '"id":"cut-1"' in cut
+    path.write_text(episode.to_json() + "\n" + cut + "\n")
+    assert f"episode {episode.id} ·" in _inspect(str(path))  # an intact episode is shown beside a cut line
+    assert f"episode {episode.id} ·" in _inspect(str(path), "--id", episode.id)
+    assert f"{path}: line 2: line: Invalid JSON" in _failure(str(path), "--index", "1")
+    assert f"{path}: line 2" in _failure(str(path), "--id", "cut-1")
+    assert f"{path}: line 2" in _failure("cut-1", "--run", str(tmp_path))
     path.write_text(episode.to_json() + "\n")
     assert "--index 3" in _failure(str(path), "--index", "3")
     result = CliRunner().invoke(app, ["inspect", str(path), "--model", str(tmp_path)])

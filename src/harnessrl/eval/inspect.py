@@ -17,12 +17,13 @@ import json
 import math
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from harnessrl.calltree import critical_steps, depth, lineage_of, lineages
 from harnessrl.train.sequences import episode_sequences
-from harnessrl.types import Call, Episode, TraceLineError, read_jsonl
+from harnessrl.types import Call, Episode, line_error
 
 SURPRISE = 0.1  # completion tokens sampled with a lower probability are underlined
 TRAINED = ("green", "bright_green")  # alternate shades show token boundaries
@@ -40,45 +41,61 @@ def load_episode(
     episode_id: str | None = None,
 ) -> Episode:
     """`source` is a JSONL file of episodes (pick by `index`, default 0, or `episode_id`), or, with
-    `run`, the id of an episode in one of the run folder's *.jsonl files (searched in name order)."""
+    `run`, the id of an episode in one of the run folder's *.jsonl files (searched in name order).
+    Only the episode asked for must be intact: a cut or bad line elsewhere (a killed run's last) is
+    not read."""
     path = Path(source)
     if path.is_file():
-        episodes = read_jsonl(path, Episode)
         if episode_id is not None:
-            for episode in episodes:
-                if episode.id == episode_id:
-                    return episode
-            raise EpisodeNotFound(f"{path}: no episode with id {episode_id}")
+            found = _find_in_file(path, episode_id)
+            if found is None:
+                raise EpisodeNotFound(f"{path}: no episode with id {episode_id}")
+            return found
+        lines = _lines(path)
         index = 0 if index is None else index
-        if not 0 <= index < len(episodes):
+        if not 0 <= index < len(lines):
             raise EpisodeNotFound(
-                f"{path}: --index {index}, but the file holds {len(episodes)} episodes (0..{len(episodes) - 1})"
+                f"{path}: --index {index}, but the file holds {len(lines)} episodes (0..{len(lines) - 1})"
             )
-        return episodes[index]
+        return _parse(path, *lines[index])
     if run is None:
         raise EpisodeNotFound(f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)")
     if index is not None or episode_id is not None:
         raise EpisodeNotFound("--index and --id pick from a JSONL file; with --run, EPISODE is the id")
-    return _find_in_run(run, source)
-
-
-def _find_in_run(run: Path, episode_id: str) -> Episode:
     if not run.is_dir():
         raise EpisodeNotFound(f"{run}: no such run folder")
     files = sorted(run.rglob("*.jsonl"))  # rollouts/ too
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if episode_id not in line:  # cheap filter before parsing
-                    continue
-                try:
-                    row = json.loads(line)
-                    if isinstance(row, dict) and row.get("id") == episode_id:
-                        return Episode.model_validate(row)
-                except ValueError as exc:  # JSONDecodeError, ValidationError
-                    raise TraceLineError(f"{path}: line {number}: {exc}") from None
+        if (found := _find_in_file(path, source)) is not None:
+            return found
     names = ", ".join(p.name for p in files) or "none"
-    raise EpisodeNotFound(f"{run}: no episode with id {episode_id} in its *.jsonl files ({names})")
+    raise EpisodeNotFound(f"{run}: no episode with id {source} in its *.jsonl files ({names})")
+
+
+def _lines(path: Path) -> list[tuple[int, bytes]]:
+    """(line number, bytes) of every non-blank line."""
+    return [(n, raw) for n, raw in enumerate(path.read_bytes().splitlines(), start=1) if raw.strip()]
+
+
+def _find_in_file(path: Path, episode_id: str) -> Episode | None:
+    needle = episode_id.encode()
+    for number, raw in _lines(path):
+        if needle not in raw:  # cheap filter before parsing
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError:  # a cut or non-UTF-8 line holding the id: named, not skipped
+            return _parse(path, number, raw)
+        if isinstance(row, dict) and row.get("id") == episode_id:
+            return _parse(path, number, raw)
+    return None
+
+
+def _parse(path: Path, number: int, raw: bytes) -> Episode:
+    try:
+        return Episode.model_validate_json(raw)
+    except ValidationError as exc:  # bad JSON and bad UTF-8 are ValidationErrors too
+        raise line_error(path, number, exc) from None
 
 
 def load_tokenizer(model: str):

@@ -60,11 +60,22 @@ class DataError(ValueError):
     """Lines that validate one by one but not together (duplicate ids, unknown gold documents)."""
 
 
+def load_corpus(corpus: Path) -> list[Doc]:
+    """The corpus's documents, or DataError naming a document id that two lines share."""
+    docs = read_jsonl(corpus, Doc)
+    seen: dict[str, int] = {}
+    for number, doc in enumerate(docs, start=1):
+        if doc.id in seen:
+            raise DataError(
+                f"{corpus}: document id {doc.id!r} in documents {seen[doc.id]} and {number}: ids must be unique"
+            )
+        seen[doc.id] = number
+    return docs
+
+
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
-    docs, items = read_jsonl(corpus, Doc), read_jsonl(tasks, SearchTask)
+    docs, items = load_corpus(corpus), read_jsonl(tasks, SearchTask)
     ids = {d.id for d in docs}
-    if len(ids) != len(docs):
-        raise DataError(f"{corpus}: document ids are not unique")
     for t in items:
         missing = [g for g in t.gold_doc_ids if g not in ids]
         if missing:
