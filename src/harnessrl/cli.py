@@ -26,7 +26,7 @@ def _main() -> None:
 
 @app.command()
 def serve(
-    model: str = typer.Option("tiny", help=MODEL_HELP),
+    model: str | None = typer.Option(None, help=MODEL_HELP + "; default tiny"),
     tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
     port: int = typer.Option(8000, help="TCP port"),
@@ -57,7 +57,8 @@ def serve(
     ),
     session_ttl: float | None = typer.Option(
         None,
-        help="seconds an episode may stay idle before it is expired (failed, counted); default 3600 with --registry",
+        help="seconds an episode may stay idle before it is expired (failed, counted); 0 = never; "
+        "default 3600 with --registry, never otherwise",
     ),
     vllm_url: str | None = typer.Option(
         None,
@@ -88,15 +89,17 @@ def serve(
     if registry is not None:
         from harnessrl.loop.serve import follow
 
+        if model is not None or vllm_url is not None:
+            _fail("--registry serves its promoted version in process: drop --model and --vllm-url")
         reg = _registry(registry)
-        if reg.promoted() is None:
+        if (promoted := reg.promoted()) is None:
             _fail(f"{registry}: nothing promoted yet (harnessrl promote VERSION --registry {registry})")
-        policy = reg.load(reg.promoted(), max_batch, tool_format, prefix_cache)
-        background.append(follow(reg, max_batch, tool_format, prefix_cache))
+        policy = reg.load(promoted, max_batch, tool_format, prefix_cache)
+        background.append(follow(reg, promoted, max_batch, tool_format, prefix_cache))
         store = store or str(registry / "traces.db")
-        session_ttl = session_ttl or 3600.0
+        session_ttl = 3600.0 if session_ttl is None else session_ttl
     else:
-        policy = _load_policy(model, seed, max_batch, tool_format, vllm_url)
+        policy = _load_policy(model or "tiny", seed, max_batch, tool_format, vllm_url)
     for served in (policy, *(m.policy for m in frozen_models.values() if isinstance(m, Pinned))):
         served.engine.prefix_cache = prefix_cache  # (a version the registry swaps in gets it from follow())
     if store is not None:
@@ -667,6 +670,8 @@ def cycle(
 
     if once == (every is not None):
         _fail("give exactly one of --once or --every DURATION")
+    if candidate is not None and every is not None:
+        _fail("--candidate gates one folder once: give --once (every period would add the same folder again)")
     try:
         loop = LoopConfig.load(config)
     except ValueError as exc:
@@ -676,8 +681,15 @@ def cycle(
         started = time.monotonic()
         try:
             event = run_cycle(loop, candidate)
-        except ValueError as exc:
-            _fail(str(exc))
+        except Exception as exc:  # under --every a failed cycle is recorded and the next one runs
+            if period is None and isinstance(exc, ValueError):
+                _fail(str(exc))
+            if period is None:
+                raise
+            console.print_exception(max_frames=4)
+            _record_failed_cycle(loop, exc)
+            time.sleep(max(0.0, period - (time.monotonic() - started)))
+            continue
         decision = event["decision"]
         verdict = "promoted" if decision.get("promote") else ("skipped" if decision.get("skipped") else "refused")
         console.print(f"cycle: {event['version'] or 'no candidate'} {verdict} {'; '.join(decision.get('reasons', []))}")
@@ -685,6 +697,19 @@ def cycle(
         if period is None:
             return
         time.sleep(max(0.0, period - (time.monotonic() - started)))
+
+
+def _record_failed_cycle(loop, exc: Exception) -> None:
+    """A `cycle_failed` line in events.jsonl (the window stays open), or, where even that fails, the console."""
+    from harnessrl.loop.registry import Registry
+
+    try:
+        registry = Registry(loop.registry)
+        with registry.lock():
+            registry.log("cycle_failed", error=f"{type(exc).__name__}: {exc}")
+    except Exception as again:  # the registry's disk may be what failed
+        console.print(f"[red]could not record the failed cycle in {loop.registry}:[/] {again}")
+    console.print(f"[red]cycle failed[/] ({type(exc).__name__}: {exc}); the next runs in one period")
 
 
 def _duration(text: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +15,11 @@ from pathlib import Path
 import yaml
 
 from harnessrl.gateway import GatewayClient, create_app
-from harnessrl.loop.registry import Registry
+from harnessrl.loop.cycle import complete_interrupted, window_start
+from harnessrl.loop.registry import Registry, VersionInfo
 from harnessrl.loop.report import write_registry_report
 from harnessrl.loop.store import Store
+from tests.conftest import cli
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "production"
 sys.path.insert(0, str(EXAMPLE))
@@ -73,15 +76,78 @@ def test_a_cycle_killed_midway_leaves_a_servable_registry(tmp_path):
     cycle.wait()
     assert registry.promoted() == "weather@v1" and (registry.path("v1") / "version.json").is_file()
     assert not [e for e in registry.events() if e["event"] == "cycle"]  # the window was not consumed
+    renamed = (registry.root / "versions" / "weather@v2").is_dir()  # killed after the rename, not in staging
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     event = json.loads(done.stdout.strip().splitlines()[-1])
-    assert event["data_window"]["since"] == 0.0 and event["figures"]["counts"]["labelled_used"] == 10
-    assert event["decision"]["promote"] and registry.promoted() == event["version"] != "weather@v1"
+    # redone, or (killed after the rename) completed from version.json and this cycle skipped
+    first = next(e for e in registry.events() if e["event"] == "cycle")
+    assert first.get("recovered", False) == renamed and event["version"] == (None if renamed else first["version"])
+    assert first["data_window"]["since"] == 0.0 and first["figures"]["counts"]["labelled_used"] == 10
+    assert first["decision"]["promote"] and registry.promoted() == first["version"] != "weather@v1"
     assert not list(registry.root.glob(".staging-*"))
-    assert registry.info(event["version"]).parent == "weather@v1"
+    assert registry.info(first["version"]).parent == "weather@v1"
     # the next cycle has no new traffic: skipped, the window stays open
     skipped = json.loads(subprocess.run(command, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    assert skipped["decision"]["skipped"] and skipped["version"] is None
+    assert skipped["decision"]["skipped"] and skipped["version"] is None and skipped["completed"] == []
     page = write_registry_report(registry.root)
     assert "promoted" in page.read_text() and page.with_suffix(".png").is_file()
+
+
+def test_what_a_cycle_killed_after_its_rename_left_undone_is_completed(tmp_path):
+    registry = Registry.create(tmp_path / "registry", "weather")
+    registry.add_model("tiny", 0)
+    registry.promote("v1", reason="start")
+
+    def written(number: int, parent: str, promote: bool, until: float) -> str:  # a cycle's version, renamed in
+        info = VersionInfo(
+            id=f"weather@v{number}", number=number, parent=parent, data_window={"since": 0.0, "until": until},
+            decision={"promote": promote, "reasons": []},
+        )  # fmt: skip
+        copy = shutil.ignore_patterns("version.json")
+        registry.add(lambda folder: shutil.copytree(registry.path("v1"), folder, dirs_exist_ok=True, ignore=copy), info)
+        return info.id
+
+    v2 = written(2, "weather@v1", promote=True, until=100.0)  # killed before its cycle line
+    assert complete_interrupted(registry) == [f"logged the cycle of {v2}", f"promoted {v2}"]
+    assert registry.promoted() == v2 and window_start(registry) == 100.0 and complete_interrupted(registry) == []
+    v3 = written(3, v2, promote=True, until=200.0)
+    registry.log("cycle", version=v3, parent=v2, data_window={"since": 100.0, "until": 200.0},
+                 decision={"promote": True, "reasons": []})  # fmt: skip  # killed between its line and PROMOTED
+    assert complete_interrupted(registry) == [f"promoted {v3}"] and registry.promoted() == v3
+    v4 = written(4, v3, promote=False, until=300.0)  # its gate failed: its line written, nothing promoted
+    assert complete_interrupted(registry) == [f"logged the cycle of {v4}"] and registry.promoted() == v3
+    v5 = written(5, v3, promote=True, until=400.0)
+    registry.promote("v1", reason="by hand")  # PROMOTED moved on meanwhile: the hand's choice stands
+    assert complete_interrupted(registry) == [f"logged the cycle of {v5}"] and registry.promoted() == "weather@v1"
+    assert window_start(registry) == 400.0
+
+
+def test_cycle_refuses_bad_configs_now_and_every_survives_a_failed_cycle(tmp_path):
+    registry = Registry.create(tmp_path / "registry", "weather")  # nothing promoted: every cycle fails
+    config = _config(tmp_path, registry)
+    good = yaml.safe_load(config.read_text())
+    for field, value, said in [
+        ("benchmark", {**good["benchmark"], "tasks": "nope.jsonl"}, "benchmark.tasks: [Errno 2]"),
+        ("harness", f"{EXAMPLE / 'shop.py'}:no_such", "harness: "),
+        ("benchmark", {**good["benchmark"], "score": "no_such_module:f"}, "benchmark.score: 'no_such_module:f'"),
+    ]:
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**good, field: value}))
+        bad = cli("cycle", tmp_path / "bad.yaml", "--once")
+        assert bad.exit_code == 2 and said in bad.output and "bad.yaml" in bad.output, bad.output
+    refused = cli("cycle", config, "--every", "1h", "--candidate", tmp_path)
+    assert refused.exit_code == 2 and "--candidate gates one folder once" in refused.output
+    looping = subprocess.Popen(
+        [sys.executable, "-m", "harnessrl", "cycle", str(config), "--every", "1s"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while sum(e["event"] == "cycle_failed" for e in registry.events()) < 2 and time.monotonic() < deadline:
+            assert looping.poll() is None, "the loop stopped at a failed cycle"
+            time.sleep(0.2)
+    finally:
+        looping.kill()
+        looping.wait()
+    failed = [e for e in registry.events() if e["event"] == "cycle_failed"]
+    assert len(failed) >= 2 and "nothing promoted yet" in failed[0]["error"]

@@ -68,7 +68,7 @@ def test_stale_samples_are_refused_or_kept_and_every_episode_is_counted(tmp_path
     config = LoopConfig(registry=tmp_path, harness="x:y", benchmark=BenchmarkConfig(tasks=tmp_path, score="x:y"))
     used, counts = collect(config, store, "weather", 2, 0.0, 1e12)
     assert [e.reward.total for e in used] == [1.0]
-    assert counts == {"episodes": 5, "expired": 0, "unfinished": 1, "failed": 1, "finished": 3, "unlabelled": 1,
+    assert counts == {"episodes": 4, "expired": 0, "unfinished": 1, "failed": 1, "finished": 3, "unlabelled": 1,
                       "stale": 1, "labelled_used": 1, "off_policy_share": 0.5}  # fmt: skip
     config.stale = "correct"  # kept: the loss's ratio against the recorded sampled logprobs corrects them
     used, counts = collect(config, store, "weather", 2, 0.0, 1e12)

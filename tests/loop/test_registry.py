@@ -44,6 +44,10 @@ def test_promote_and_rollback_walk_the_history(registry):
     assert registry.promoted() == "weather@v1"
     kinds = [e["event"] for e in registry.events()]
     assert kinds == ["promote", "promote", "promote", "rollback", "rollback"]
+    registry.promote("v3", reason="again")  # a version rolled back from and promoted again is history again
+    registry.promote("v2", reason="z")
+    assert registry.rollback() == ("weather@v2", "weather@v3")
+    assert registry.rollback() == ("weather@v3", "weather@v1")
 
 
 def test_versions_are_immutable_and_staging_is_cleaned(registry):
@@ -54,12 +58,15 @@ def test_versions_are_immutable_and_staging_is_cleaned(registry):
     assert not list(registry.root.glob(".staging-*"))
 
 
-def test_a_torn_event_line_is_skipped(registry):
+def test_a_torn_event_line_is_skipped_and_the_next_event_kept(registry):
     with open(registry.root / "events.jsonl", "a") as f:
-        f.write('{"event": "promote", "vers')
+        f.write('{"event": "promote", "vers')  # a crash mid-append
     assert registry.events()[-1]["event"] == "rollback"
+    registry.log("cycle", version=None)  # starts a line of its own, not glued to the torn one
+    assert [e["event"] for e in registry.events()[-2:]] == ["rollback", "cycle"]
     lines = (registry.root / "events.jsonl").read_text().splitlines()
-    (registry.root / "events.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    assert lines[-2] == '{"event": "promote", "vers'
+    (registry.root / "events.jsonl").write_text("\n".join(lines[:-2]) + "\n")
     assert json.loads(lines[0])["event"] == "promote"
 
 

@@ -3,6 +3,7 @@ and rollback under load with no failed request, session expiry, and the feedback
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -197,3 +198,67 @@ async def test_feedback_without_a_store_says_so():
         await gateway.feedback(episode_id, "accepted")
     await gateway.aclose()
     policy.close()
+
+
+async def test_follow_swaps_to_what_promoted_names_and_retries_a_version_that_did_not_load(tmp_path):
+    from harnessrl.gateway import create_app
+    from harnessrl.loop.serve import follow
+
+    registry = Registry.create(tmp_path / "registry", "weather")
+    for seed in (0, 1, 2):
+        registry.add_model("tiny", seed)
+    registry.promote("v2", reason="while v1 was loading")  # the server loaded v1, PROMOTED moved on meanwhile
+    refused = cli("serve", "--registry", registry.root, "--model", "tiny-base")  # which one would it serve?
+    assert refused.exit_code == 2 and "drop --model and --vllm-url" in refused.output
+    app = create_app(registry.load("v1"), ADMIN)
+    serving = app.state.serving
+    task = asyncio.create_task(follow(registry, "weather@v1", poll=0.01, retry=0.3)(app))
+
+    async def serving_version(number: int) -> None:
+        for _ in range(3000):
+            if serving.policy.version == number:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"still serving v{serving.policy.version}, not v{number}")
+
+    try:
+        await serving_version(2)
+        weights = registry.path("v3") / "model.safetensors"
+        weights.rename(weights.with_suffix(".away"))  # v3 does not load (a disk hiccup)
+        registry.promote("v3", reason="x")
+        await asyncio.sleep(0.2)
+        assert serving.policy.version == 2  # still serving the one that loaded
+        weights.with_suffix(".away").rename(weights)
+        await serving_version(3)  # tried again, not given up on
+    finally:
+        task.cancel()
+        serving.policy.close()
+
+
+async def test_an_expiry_the_store_refused_is_written_on_a_later_round(tmp_path):
+    from harnessrl.gateway import GatewayClient, create_app
+    from harnessrl.policy import Policy
+
+    class Flaky(Store):  # the real store, down for its first write of an episode's end
+        refused = 0
+
+        def finish(self, episode):
+            if not self.refused:
+                self.refused += 1
+                raise sa.exc.OperationalError("UPDATE episodes", {}, Exception("database is locked"))
+            super().finish(episode)
+
+    store = Flaky(tmp_path / "t.db")
+    app = create_app(Policy.load("tiny"), ADMIN, recorder=store, session_ttl=0.2)
+    async with app.router.lifespan_context(app):
+        gateway = GatewayClient(ADMIN, app=app)
+        episode_id, _ = await gateway.create_episode()
+        for _ in range(500):  # the expiry task keeps running after the refusal and writes the end
+            if store.get(episode_id).failure_reason == EXPIRED:
+                break
+            await asyncio.sleep(0.02)
+        await gateway.aclose()
+    assert store.refused == 1 and store.get(episode_id).failure_reason == EXPIRED
+    assert app.state.store.get(episode_id) is None  # out of memory once written
+    app.state.serving.policy.close()
+    store.close()

@@ -70,17 +70,23 @@ def test_a_rerecorded_call_keeps_its_response_id(store_url):
     store.close()
 
 
-def test_idle_sessions_expire_and_windows_select_by_creation(store_url):
+def test_idle_sessions_expire_and_windows_select_by_creation_or_end(store_url):
     store = Store(store_url)
     old = _episode(store)
     cut = time.time()
     time.sleep(0.05)
     new = _episode(store)
-    assert store.expire(ttl_seconds=3600) == []
-    assert sorted(store.expire(ttl_seconds=0.0, now=time.time() + 1)) == sorted([old.id, new.id])
-    assert {r.episode.failure_reason for r in store.episodes()} == {EXPIRED}
+    assert store.expire(ttl_seconds=3600) == [] and store.running("weather") == 2
+    assert store.episodes(ended=True) == []  # running: in no window yet
+    store.finish(old.model_copy(update={"status": "finished"}))  # created before the cut, ended after it
+    assert [r.episode.id for r in store.episodes(since=cut, ended=True)] == [old.id] and store.running() == 1
+    assert store.expire(ttl_seconds=0.0, now=time.time() + 1) == [new.id]
+    (expired,) = [r.episode for r in store.episodes() if r.episode.id == new.id]
+    assert expired.failure_reason == EXPIRED
     assert [r.episode.id for r in store.episodes(since=cut)] == [new.id]
     assert [r.episode.id for r in store.episodes(until=cut)] == [old.id]
+    assert {r.episode.id for r in store.episodes(since=cut, ended=True)} == {old.id, new.id}
+    assert store.episodes(until=cut, ended=True) == []
     store.close()
 
 

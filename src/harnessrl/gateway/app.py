@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +54,8 @@ from harnessrl.gateway.serving import EXPIRED, Recorder, RecordError, Serving
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
+
+log = logging.getLogger("harnessrl.gateway")
 
 
 class APIError(Exception):
@@ -90,6 +93,8 @@ def create_app(
         tasks = [asyncio.create_task(work(app)) for work in background]  # e.g. following a model registry
         if session_ttl:
             tasks.append(asyncio.create_task(_expire_sessions(store, recorder, session_ttl)))
+        for task in tasks:  # one that dies says so, not silently
+            task.add_done_callback(_report_death)
         yield
         for task in tasks:
             task.cancel()
@@ -567,9 +572,15 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
     return out
 
 
+def _report_death(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task %s stopped: %r", task.get_coro().__qualname__, task.exception())
+
+
 async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: float) -> None:
     """Every so often: episodes idle for `ttl` seconds with no call in flight are finished as failed
     (EXPIRED), and with a recorder every episode idle that long leaves memory (the store keeps it)."""
+    unrecorded: set[str] = set()  # expired here, their end not yet written to the recorder
     while True:
         await asyncio.sleep(min(ttl / 4, 30.0))
         now = time.monotonic()
@@ -581,8 +592,16 @@ async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: 
                 record.episode = record.episode.model_copy(update={"status": "failed", "failure_reason": EXPIRED})
                 store.expired += 1
                 if recorder is not None:
-                    await asyncio.to_thread(recorder.finish, record.episode)
+                    unrecorded.add(episode_id)
             if recorder is not None:
+                if episode_id in unrecorded:
+                    try:
+                        await asyncio.to_thread(recorder.finish, record.episode)
+                    except Exception as exc:  # the store down a moment: kept in memory, written next round
+                        log.error("episode %s: could not record its expiry (%s: %s); trying again", episode_id,
+                                  type(exc).__name__, exc)  # fmt: skip
+                        continue
+                    unrecorded.discard(episode_id)
                 store.delete(episode_id)
 
 

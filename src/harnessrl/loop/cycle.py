@@ -2,9 +2,11 @@
 
     harnessrl cycle loop.yaml --once | --every 5h
 
-1. the window: episodes created since the previous cycle's window ended, up to `feedback_wait`
-   seconds ago (late feedback has that long to arrive); sessions idle past the TTL are expired first;
-2. reward from feedback (loop/feedback.py); unlabelled, unfinished and expired episodes are counted;
+1. the window: episodes that ended (finished, failed, expired) since the previous cycle's window
+   ended, up to `feedback_wait` seconds ago (late feedback has that long after an episode ends);
+   sessions idle past the TTL are expired first; sessions still running join the window they end in;
+2. reward from feedback (loop/feedback.py); unlabelled, failed and expired episodes are counted, and
+   the sessions still running (`unfinished`);
 3. episodes some of whose calls another version sampled are refused (`stale: refuse`) or kept
    (`stale: correct`: the loss's importance ratio against the recorded sampled logprobs corrects
    them), and their share is reported;
@@ -15,7 +17,9 @@
    figures and decision, and is promoted when the gate passes.
 
 Every cycle, run or skipped, appends one `cycle` line to the registry's events.jsonl. A crash
-before that line leaves the window unconsumed and PROMOTED unchanged: the next cycle redoes it.
+before its version is renamed into place leaves the window unconsumed and PROMOTED unchanged: the
+next cycle redoes it. A crash after that is completed by the next cycle (`complete_interrupted`):
+the version's cycle line written from its version.json, its promotion made if its gate passed.
 """
 
 from __future__ import annotations
@@ -83,6 +87,15 @@ class LoopConfig(BaseModel):
         elif "://" not in config.store:
             config.store = str(base / config.store)
         config._base = base
+        try:  # what a cycle reads only once traffic is labelled: checked now, not days later
+            read_jsonl(config.benchmark.tasks, Task)
+        except OSError as exc:
+            raise ValueError(f"{path}: benchmark.tasks: {exc}") from None
+        for field, spec in (("harness", config.harness), ("benchmark.score", config.benchmark.score)):
+            try:
+                config.imported(spec)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {field}: {exc}") from None
         return config
 
     def imported(self, spec: str):
@@ -101,7 +114,7 @@ class LoopConfig(BaseModel):
             if str(self._base) not in sys.path:
                 sys.path.insert(0, str(self._base))
             return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, OSError) as exc:
+        except Exception as exc:  # the user's module: not found, not valid Python, or failing as it runs
             raise ValueError(f"{spec!r}: {type(exc).__name__}: {exc}") from None
 
 
@@ -118,6 +131,7 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
     with registry.lock(".cycle-lock"):  # one cycle at a time; promote / rollback stay free meanwhile
         with registry.lock():
             cleaned = registry.clean_staging()
+            completed = complete_interrupted(registry)
             current = registry.promoted()
         if current is None:
             raise ValueError(f"{registry.root}: nothing promoted yet (harnessrl promote VERSION)")
@@ -127,7 +141,7 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
             event = _cycle(config, registry, store, current, number, candidate_folder, now or time.time())
         finally:
             store.close()
-        event["cleaned_staging"] = cleaned
+        event["cleaned_staging"], event["completed"] = cleaned, completed
         with registry.lock():
             if event["decision"].get("promote") and registry.promoted() != current:  # promoted by hand meanwhile
                 event["decision"]["promote"] = False
@@ -138,14 +152,40 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
         return event
 
 
+def complete_interrupted(registry: Registry) -> list[str]:
+    """Finish what a cycle killed after writing its version left undone, from the registry's own files
+    (call holding the lock): a version no `cycle` line names gets its line, made from its version.json
+    (its window is consumed, not trained on twice), and a last cycle whose gate passed gets its
+    promotion where PROMOTED still names its parent. Returns what was done, in words."""
+    done = []
+    logged = {e.get("version") for e in registry.events() if e["event"] == "cycle"}
+    for info in registry.versions():
+        if info.parent is not None and info.id not in logged:  # made by a cycle (a hand-added version has no parent)
+            registry.log(
+                "cycle", version=info.id, parent=info.parent, data_window=info.data_window, figures=info.figures,
+                decision=info.decision, recovered=True,
+            )  # fmt: skip
+            done.append(f"logged the cycle of {info.id}")
+    events = registry.events()
+    cycles = [i for i, e in enumerate(events) if e["event"] == "cycle" and e.get("version")]
+    if cycles:
+        last = events[cycles[-1]]
+        promoted_since = any(e["event"] == "promote" and e["version"] == last["version"] for e in events[cycles[-1] :])
+        if last["decision"].get("promote") and not promoted_since and registry.promoted() == last["parent"]:
+            registry.promote(last["version"], reason="gate passed (its cycle was killed before promoting)", cycle=True)
+            done.append(f"promoted {last['version']}")
+    return done
+
+
 def collect(config: LoopConfig, store: Store, model: str, number: int, since: float, until: float):
-    """The window's episodes as (labelled episodes with their reward, counts): every episode is counted
-    once as used, unlabelled, stale-refused, unfinished, expired or failed."""
-    rows = store.episodes(since, until, model=model)
+    """The window's episodes as (labelled episodes with their reward, counts): every episode that ended
+    in the window is counted once as used, unlabelled, stale-refused, expired or failed; `unfinished`:
+    the sessions still running, which join the window they end in."""
+    rows = store.episodes(since, until, model=model, ended=True)
     counts = {
         "episodes": len(rows),
         "expired": sum(r.episode.failure_reason == EXPIRED for r in rows),
-        "unfinished": sum(r.episode.status == "running" for r in rows),
+        "unfinished": store.running(model),  # not in the window: each joins the window it ends in
         "failed": sum(r.episode.status == "failed" and r.episode.failure_reason != EXPIRED for r in rows),
         "finished": sum(r.episode.status == "finished" for r in rows),
         "unlabelled": 0,

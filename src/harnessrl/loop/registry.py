@@ -192,22 +192,36 @@ class Registry:
     def rollback(self) -> tuple[str, str]:
         """Back to the version promoted before the current one; returns (from, to)."""
         current = self.promoted()
-        history = [e["version"] for e in self.events() if e["event"] in ("promote", "rollback")]
-        # walk back through promotions, skipping the current one and anything rolled back from
-        rolled_from = {e["previous"] for e in self.events() if e["event"] == "rollback"}
-        earlier = [v for v in reversed(history) if v != current and v not in rolled_from]
-        if current is None or not earlier:
+        stack = self.promotions()
+        while stack and stack[-1] == current:
+            stack.pop()
+        if current is None or not stack:
             raise RegistryError(f"{self.root}: nothing to roll back to (promoted: {current})")
-        target = earlier[0]
+        target = stack[-1]
         write_atomic(self.root / "PROMOTED", target + "\n")
         _fsync(self.root)
         self.log("rollback", version=target, previous=current)
         return current, target
 
+    def promotions(self) -> list[str]:
+        """The promotion stack events.jsonl replays: a promotion pushes its version, a rollback pops the
+        one it left, as often as it was pushed in a row (so a version promoted again after a rollback is a rollback's target again)."""
+        stack: list[str] = []
+        for e in self.events():
+            if e["event"] == "promote":
+                stack.append(e["version"])
+            elif e["event"] == "rollback":
+                while stack and stack[-1] == e["previous"]:  # as rollback() walked back
+                    stack.pop()
+                if not stack or stack[-1] != e["version"]:
+                    stack.append(e["version"])
+        return stack
+
     def log(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, "at": time.time(), **fields}, default=str)
-        with open(self.root / "events.jsonl", "a") as f:
-            f.write(line + "\n")
+        with open(self.root / "events.jsonl", "a+b") as f:
+            torn = f.tell() > 0 and os.pread(f.fileno(), 1, f.tell() - 1) != b"\n"  # a crash cut the last line
+            f.write((b"\n" if torn else b"") + line.encode() + b"\n")
             f.flush()
             os.fsync(f.fileno())
 

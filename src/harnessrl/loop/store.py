@@ -34,7 +34,7 @@ episodes_table = sa.Table(
     sa.Column("outcome", sa.Text),
     sa.Column("failure_reason", sa.Text),
     sa.Column("created_at", sa.Float, nullable=False, index=True),
-    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False, index=True),  # an ended episode's: when it ended
 )
 calls_table = sa.Table(
     "calls",
@@ -112,6 +112,8 @@ class Store:
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             _meta.create_all(self.engine)
+            for index in episodes_table.indexes:  # a store made before an index was declared gets it too
+                index.create(self.engine, checkfirst=True)
         except sa.exc.SQLAlchemyError as exc:  # not a database, an unknown scheme, a server that refuses
             reason = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).splitlines()[0]
             raise ValueError(f"store {_shown(self.url)}: cannot open it as a trace store: {reason}") from None
@@ -195,24 +197,32 @@ class Store:
         return call
 
     def expire(self, ttl_seconds: float, now: float | None = None) -> list[str]:
-        """Running episodes idle for over `ttl_seconds` become failed with reason EXPIRED; returns their ids."""
+        """Running episodes idle for over `ttl_seconds` become failed with reason EXPIRED, ended when their
+        TTL ran out (last activity + TTL: the window they fall in does not depend on when this runs);
+        returns their ids."""
         cutoff = (now or time.time()) - ttl_seconds
         stale = (episodes_table.c.status == "running") & (episodes_table.c.updated_at < cutoff)
         with self.engine.begin() as db:
             ids = [r.id for r in db.execute(sa.select(episodes_table.c.id).where(stale))]
             if ids:
                 db.execute(sa.update(episodes_table).where(episodes_table.c.id.in_(ids)).values(
-                    status="failed", failure_reason=EXPIRED, updated_at=time.time()
+                    status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds
                 ))  # fmt: skip
         return ids
 
     # ---- what the cycle reads ----
 
-    def episodes(self, since: float = 0.0, until: float | None = None, model: str | None = None) -> list[StoredEpisode]:
-        """Episodes created in [since, until), oldest first, with their calls and feedback."""
-        where = episodes_table.c.created_at >= since
+    def episodes(
+        self, since: float = 0.0, until: float | None = None, model: str | None = None, ended: bool = False
+    ) -> list[StoredEpisode]:
+        """Episodes created in [since, until), oldest first, with their calls and feedback; `ended`: those
+        that ended (finished or failed; running ones are left out) in [since, until) instead."""
+        at = episodes_table.c.updated_at if ended else episodes_table.c.created_at
+        where = at >= since
         if until is not None:
-            where &= episodes_table.c.created_at < until
+            where &= at < until
+        if ended:
+            where &= episodes_table.c.status != "running"
         if model is not None:
             where &= episodes_table.c.model == model
         with self.engine.connect() as db:
@@ -228,6 +238,14 @@ class Store:
             StoredEpisode(_episode(r, calls[r.id]), r.model, r.policy_version, r.created_at, feedback[r.id])
             for r in rows
         ]
+
+    def running(self, model: str | None = None) -> int:
+        """How many episodes are still running."""
+        where = episodes_table.c.status == "running"
+        if model is not None:
+            where &= episodes_table.c.model == model
+        with self.engine.connect() as db:
+            return db.execute(sa.select(sa.func.count()).select_from(episodes_table).where(where)).scalar_one()
 
     def get(self, episode_id: str) -> Episode | None:
         with self.engine.connect() as db:
