@@ -57,6 +57,7 @@ def serve(
     ),
     session_ttl: float | None = typer.Option(
         None,
+        min=0.0,
         help="seconds an episode may stay idle before it is expired (failed, counted); 0 = never; "
         "default 3600 with --registry, never otherwise",
     ),

@@ -3,6 +3,8 @@ sandbox), expert demonstrations, SFT, eval, one RL update with the code metrics,
 
 import json
 
+import pytest
+
 from harnessrl.envs.code.generate import generate
 from harnessrl.job import code
 from harnessrl.job.config import JobConfig
@@ -63,3 +65,12 @@ def test_heldout_alarms_name_falling_solves_and_tests_and_rising_cheats_beyond_n
     honest = {"before": before, "after": after[:8] + before[8:]}
     assert code.heldout_alarms(honest) == alarms[:2]
     assert code.heldout_alarms({"before": before, "after": before}) == []
+
+
+def test_the_job_refuses_to_train_where_the_sandbox_cannot_hide_the_hidden_tests(tmp_path, monkeypatch):
+    from harnessrl.envs.code import sandbox
+
+    monkeypatch.setattr(sandbox, "_bwrap_works", lambda: False)  # a machine without bubblewrap
+    config = JobConfig.model_validate({"code": {"tasks": str(tmp_path / "tasks")}})
+    with pytest.raises(ValueError, match=r"guard is off on this machine .* code.unsandboxed: true"):
+        code.run(config, tmp_path / "run", progress=False)

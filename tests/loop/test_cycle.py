@@ -121,6 +121,10 @@ def test_what_a_cycle_killed_after_its_rename_left_undone_is_completed(tmp_path)
     registry.promote("v1", reason="by hand")  # PROMOTED moved on meanwhile: the hand's choice stands
     assert complete_interrupted(registry) == [f"logged the cycle of {v5}"] and registry.promoted() == "weather@v1"
     assert window_start(registry) == 400.0
+    registry.rollback()  # back to v3, v5's parent: v5's promotion was refused when its line was written
+    assert registry.promoted() == v3 and complete_interrupted(registry) == [] and registry.promoted() == v3
+    (v5_line,) = [e for e in registry.events() if e.get("version") == v5 and e["event"] == "cycle"]
+    assert not v5_line["decision"]["promote"] and "PROMOTED moved" in v5_line["decision"]["reasons"][-1]
 
 
 def test_cycle_refuses_bad_configs_now_and_every_survives_a_failed_cycle(tmp_path):

@@ -87,6 +87,13 @@ def test_idle_sessions_expire_and_windows_select_by_creation_or_end(store_url):
     assert [r.episode.id for r in store.episodes(until=cut)] == [old.id]
     assert {r.episode.id for r in store.episodes(since=cut, ended=True)} == {old.id, new.id}
     assert store.episodes(until=cut, ended=True) == []
+    late = _episode(store)  # idle, expired long after its TTL ran out: it ended when the TTL did
+    last = time.time()  # just after its last activity
+    assert store.expire(ttl_seconds=60.0, now=last + 3600) == [late.id]
+    assert [r.episode.id for r in store.episodes(since=last + 60.5, ended=True)] == []
+    assert late.id in [r.episode.id for r in store.episodes(since=last - 1, until=last + 60.5, ended=True)]
+    store.add_calls(old.id, [(5, _call(1), None)])  # a call that lands after the end does not move it
+    assert old.id not in [r.episode.id for r in store.episodes(since=time.time() - 0.01, ended=True)]
     store.close()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -51,13 +52,15 @@ def load_episode(
             if found is None:
                 raise EpisodeNotFound(f"{path}: no episode with id {episode_id}")
             return found
-        lines = _lines(path)
         index = 0 if index is None else index
-        if not 0 <= index < len(lines):
-            raise EpisodeNotFound(
-                f"{path}: --index {index}, but the file holds {len(lines)} episodes (0..{len(lines) - 1})"
-            )
-        return _parse(path, *lines[index])
+        held = 0
+        for number, raw in _lines(path):
+            if held == index:
+                return _parse(path, number, raw)
+            held += 1
+        if not held:
+            raise EpisodeNotFound(f"{path}: no episodes (the file is empty)")
+        raise EpisodeNotFound(f"{path}: --index {index}, but the file holds {held} lines (0..{held - 1})")
     if run is None:
         raise EpisodeNotFound(f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)")
     if index is not None or episode_id is not None:
@@ -72,9 +75,10 @@ def load_episode(
     raise EpisodeNotFound(f"{run}: no episode with id {source} in its *.jsonl files ({names})")
 
 
-def _lines(path: Path) -> list[tuple[int, bytes]]:
-    """(line number, bytes) of every non-blank line."""
-    return [(n, raw) for n, raw in enumerate(path.read_bytes().splitlines(), start=1) if raw.strip()]
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every non-blank line, read as they come (a rollouts file can be large)."""
+    with open(path, "rb") as f:
+        yield from ((n, raw) for n, raw in enumerate(f, start=1) if raw.strip())
 
 
 def _find_in_file(path: Path, episode_id: str) -> Episode | None:

@@ -96,6 +96,14 @@ class _CodeJob(main._Job):
     async def run(self) -> dict:
         config, out, started = self.config, self.out, time.perf_counter()
         code = config.code
+        guards = sandbox.run(["true"], out).guards
+        open_guards = [name for name in ("writes", "reads") if guards[name] == "off"]
+        if open_guards and not code.unsandboxed:
+            raise ValueError(
+                f"the sandbox's {' and '.join(open_guards)} guard is off on this machine ({guards}): the agent's code "
+                "could read the hidden tests and rewrite the cached tasks, so rewards could be forged. Install "
+                "bubblewrap (docs/code.md), or set code.unsandboxed: true to train anyway"
+            )
         random.seed(config.seed)
         folder = task_folder(config, self.progress)
         loaded = load_tasks(folder)
@@ -140,6 +148,7 @@ class _CodeJob(main._Job):
             "submitted_before": before["submitted"],
             "submitted_after": after["submitted"],
             "tasks": stats,
+            "sandbox_guards": guards,
             "rl_updates": self.rl_updates,
             "budget_stop": self._budget_stop(),
             "wall_seconds": sum(self.seconds.values()),

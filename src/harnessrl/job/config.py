@@ -228,6 +228,11 @@ class CodeJobConfig(_Strict):
     )
     summary_tokens: int = Field(default=96, ge=16, description="the summary's length budget")
     test_seconds: float = Field(default=30.0, gt=0, description="wall-clock limit of one test run (sandbox)")
+    unsandboxed: bool = Field(
+        default=False,
+        description="train where the sandbox cannot keep the agent's code from the task folders (no bubblewrap: "
+        "its `writes` or `reads` guard is off), so a reward can be forged; refused otherwise",
+    )
 
 
 class JobConfig(_Strict):

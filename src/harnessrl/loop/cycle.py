@@ -89,7 +89,7 @@ class LoopConfig(BaseModel):
         config._base = base
         try:  # what a cycle reads only once traffic is labelled: checked now, not days later
             read_jsonl(config.benchmark.tasks, Task)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: TraceLineError, naming the line
             raise ValueError(f"{path}: benchmark.tasks: {exc}") from None
         for field, spec in (("harness", config.harness), ("benchmark.score", config.benchmark.score)):
             try:
@@ -155,23 +155,29 @@ def run_cycle(config: LoopConfig, candidate_folder: Path | None = None, now: flo
 def complete_interrupted(registry: Registry) -> list[str]:
     """Finish what a cycle killed after writing its version left undone, from the registry's own files
     (call holding the lock): a version no `cycle` line names gets its line, made from its version.json
-    (its window is consumed, not trained on twice), and a last cycle whose gate passed gets its
-    promotion where PROMOTED still names its parent. Returns what was done, in words."""
+    (its window is consumed, not trained on twice; its promotion refused, as a live cycle's would be,
+    where PROMOTED no longer names its parent), and the last cycle whose gate passed gets its
+    promotion where no promotion or rollback came after its line and PROMOTED still names its
+    parent. Returns what was done, in words."""
     done = []
     logged = {e.get("version") for e in registry.events() if e["event"] == "cycle"}
     for info in registry.versions():
         if info.parent is not None and info.id not in logged:  # made by a cycle (a hand-added version has no parent)
+            decision = dict(info.decision)
+            if decision.get("promote") and registry.promoted() != info.parent:
+                moved = f"PROMOTED moved to {registry.promoted()} before its cycle was completed"
+                decision = decision | {"promote": False, "reasons": [*decision.get("reasons", []), moved]}
             registry.log(
                 "cycle", version=info.id, parent=info.parent, data_window=info.data_window, figures=info.figures,
-                decision=info.decision, recovered=True,
+                decision=decision, recovered=True,
             )  # fmt: skip
             done.append(f"logged the cycle of {info.id}")
     events = registry.events()
     cycles = [i for i, e in enumerate(events) if e["event"] == "cycle" and e.get("version")]
     if cycles:
-        last = events[cycles[-1]]
-        promoted_since = any(e["event"] == "promote" and e["version"] == last["version"] for e in events[cycles[-1] :])
-        if last["decision"].get("promote") and not promoted_since and registry.promoted() == last["parent"]:
+        last, after = events[cycles[-1]], events[cycles[-1] + 1 :]
+        switched = any(e["event"] in ("promote", "rollback") for e in after)
+        if last["decision"].get("promote") and not switched and registry.promoted() == last["parent"]:
             registry.promote(last["version"], reason="gate passed (its cycle was killed before promoting)", cycle=True)
             done.append(f"promoted {last['version']}")
     return done

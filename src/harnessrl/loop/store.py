@@ -113,7 +113,10 @@ class Store:
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             _meta.create_all(self.engine)
             for index in episodes_table.indexes:  # a store made before an index was declared gets it too
-                index.create(self.engine, checkfirst=True)
+                try:
+                    index.create(self.engine, checkfirst=True)
+                except sa.exc.DatabaseError:  # another process (the gateway, a cycle) made it first
+                    pass
         except sa.exc.SQLAlchemyError as exc:  # not a database, an unknown scheme, a server that refuses
             reason = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).splitlines()[0]
             raise ValueError(f"store {_shown(self.url)}: cannot open it as a trace store: {reason}") from None
@@ -150,9 +153,8 @@ class Store:
             ]  # fmt: skip
             if new:
                 db.execute(sa.insert(calls_table), new)
-            db.execute(
-                sa.update(episodes_table).where(episodes_table.c.id == episode_id).values(updated_at=time.time())
-            )
+            running = (episodes_table.c.id == episode_id) & (episodes_table.c.status == "running")
+            db.execute(sa.update(episodes_table).where(running).values(updated_at=time.time()))  # an end stays put
 
     def finish(self, episode: Episode) -> None:
         with self.engine.begin() as db:
@@ -205,7 +207,7 @@ class Store:
         with self.engine.begin() as db:
             ids = [r.id for r in db.execute(sa.select(episodes_table.c.id).where(stale))]
             if ids:
-                db.execute(sa.update(episodes_table).where(episodes_table.c.id.in_(ids)).values(
+                db.execute(sa.update(episodes_table).where(episodes_table.c.id.in_(ids) & stale).values(
                     status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds
                 ))  # fmt: skip
         return ids

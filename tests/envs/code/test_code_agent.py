@@ -2,6 +2,7 @@
 tests, and self-summarisation recorded as one more call of the main conversation."""
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -31,6 +32,14 @@ def test_tools_answer_bad_calls_with_reasons(task, tmp_path):  # noqa: F811
     assert run.edit_file("calc.py", "a - b", "a + b") == "edited calc.py" and run.edited == ["calc.py"]
     assert run.search_code(r"a \+ b") == "calc.py:3: return a + b"
     assert "exit code 0" in run.run_tests() and "1 passed" in run.run_tests()
+    os.symlink("/proc/self/environ", run.workspace / "leak.py")  # what the agent's code could plant
+    os.mkfifo(run.workspace / "pipe.py")
+    assert run.search_code("PATH") == "no matches" and run.list_files().splitlines() == [
+        "calc.py",
+        "tests/test_calc.py",
+    ]
+    edit = '{"path": "pipe.py", "search": "", "replace": "x"}'
+    assert "pipe.py is not a regular file" in asyncio.run(run.tools.call("edit_file", edit))[0]
     for bad in ("../../etc/passwd", "/etc/passwd"):
         try:
             run._path(bad)

@@ -84,6 +84,17 @@ def test_files_outside_the_system_folders_are_out_of_reach(tmp_path):
     assert result.exit_code != 0 and "No such file" in result.stderr and "secret" not in result.stdout
 
 
+def test_an_installed_harnessrl_is_hidden_with_its_reference_solutions(tmp_path, monkeypatch):
+    need("reads")
+    package = Path(sandbox.__file__).resolve().parents[2]
+    mounted = [*sandbox._system_folders(), str(package.parent)]  # as a site-packages install would be
+    monkeypatch.setattr(sandbox, "_system_folders", lambda: mounted)
+    library = package / "envs" / "code" / "library"
+    assert any(library.glob("*.py"))
+    result = sandbox.run(py(f"import os; print(os.listdir({str(package)!r}))"), tmp_path, QUICK)
+    assert result.exit_code == 0 and result.stdout.strip() == "[]", result
+
+
 def test_no_network_even_to_this_machines_loopback(tmp_path):
     need("network")
     server = socket.create_server(("127.0.0.1", 0))

@@ -83,6 +83,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     outcome.get_result().outcome = "passed"
 """
+PYTEST_OF_ITS_OWN = """import json, sys
+nonce = sys.stdin.readline().strip()
+names = [line.split("(")[0][4:] for f in sys.argv[1:] if f.endswith(".py") for line in open(f) if line.startswith("def test")]
+print("\\nHARNESSRL-REPORT " + json.dumps({"nonce": nonce, "tests": {n: "passed" for n in names}, "exitstatus": 0}))
+"""
 TAMPER = {
     "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
     "edited tests": (None, {"tests/test_calc_hidden.py": "def test_add_negative():\n    pass\n"}),
@@ -100,6 +105,12 @@ TAMPER = {
     ),
     "special-cased visible inputs": ("def add(a, b):\n    return 4 if (a, b) == (2, 2) else 0\n", {}),
     "nan in a written report": (BUGGY, {"report.json": '{"passed": NaN}', "junit.xml": "<testsuite tests='3'/>"}),
+    "a pytest of its own": (None, {"pytest.py": PYTEST_OF_ITS_OWN}),  # read the nonce, report all passed
+    "a report plugin of its own": (None, {"harnessrl_report.py": "import os\nos._exit(0)\n"}),
+    "runtest patched at import": (
+        "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n" + BUGGY,
+        {},
+    ),
 }
 
 
@@ -108,8 +119,26 @@ def test_tamper_routes_score_zero(route, task, tmp_path):
     calc, files = TAMPER[route]
     result = score(*task, workspace(task, tmp_path, calc, files))
     assert result.passed == 0 and result.fraction == 0.0, (route, result)
-    if route in ("os._exit(0) at import", "forged report line"):
+    if route in ("os._exit(0) at import", "forged report line", "runtest patched at import"):
         assert result.invalid and result.failure
+    if route == "runtest patched at import":
+        assert "replaced the test runner's ['Function.runtest']" in result.failure
+
+
+def test_added_modules_that_shadow_installed_ones_and_special_files_are_dropped(task, tmp_path):
+    ws = workspace(task, tmp_path, FIXED, {"pytest.py": "", "_pytest/__init__.py": "", "json.py": "",
+                                           "harnessrl_report.py": "", "helpers/util.py": "X = 1\n"})  # fmt: skip
+    os.mkfifo(ws / "pipe.py")  # read, it would block scoring forever
+    found = changes(task[1] / "repo", ws)
+    assert found.applied == {"calc.py": "modified", "helpers/util.py": "added"}
+    assert found.dropped == {
+        "pytest.py": "added: shadows the installed module 'pytest'",
+        "_pytest/__init__.py": "added: shadows the installed module '_pytest'",
+        "json.py": "added: shadows the installed module 'json'",
+        "harnessrl_report.py": "added: shadows the installed module 'harnessrl_report'",
+        "pipe.py": "not a regular file",
+    }
+    assert score(*task, ws).fraction == 1.0  # the honest part of the change still counts
 
 
 def test_symlinked_module_is_not_followed(task, tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 import openai
 
 from harnessrl.envs.code import sandbox
-from harnessrl.envs.code.score import python_argv, score
+from harnessrl.envs.code.score import python_argv, regular_files, score
 from harnessrl.envs.code.tasks import load_task
 from harnessrl.harness import Toolbox
 from harnessrl.types import Outcome, Task
@@ -36,6 +36,7 @@ SUMMARISE = (
 )
 _MAX_LINES = 60
 _MAX_OUTPUT = 1500
+_MAX_LINE = 200  # characters of one search_code hit
 
 
 class CodingAgent:
@@ -80,7 +81,7 @@ class _Run:
 
     def list_files(self) -> str:
         """List the project's files."""
-        return "\n".join(sorted(str(p.relative_to(self.workspace)) for p in self.workspace.rglob("*") if p.is_file()))
+        return "\n".join(str(p.relative_to(self.workspace)) for p in regular_files(self.workspace))
 
     def read_file(self, path: str, start: int = 1, end: int | None = None) -> str:
         """Read lines start..end of a file (numbered)."""
@@ -95,8 +96,9 @@ class _Run:
         except re.error as exc:
             return f"error: bad pattern: {exc}"
         hits = [
-            f"{p.relative_to(self.workspace)}:{n}: {line.strip()}"
-            for p in sorted(self.workspace.rglob("*.py"))
+            f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}"
+            for p in regular_files(self.workspace)
+            if p.suffix == ".py"
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1)
             if regex.search(line)
         ]
@@ -195,4 +197,6 @@ class _Run:
             raise ValueError(f"{path} is outside the project")
         if must_exist and not target.is_file():
             raise FileNotFoundError(f"{path}: no such file (list_files shows them)")
+        if target.exists() and not target.is_file():  # a folder, or a FIFO the agent's code made: never opened
+            raise ValueError(f"{path} is not a regular file")
         return target

@@ -8,7 +8,7 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 |---|---|---|
 | network | bubblewrap `--unshare-net`: a network namespace with only its own loopback | `unshare --net` (util-linux), else off |
 | writes | bubblewrap: the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
-| reads | bubblewrap: only system folders and this Python are mounted (read-only), never other files of the machine | off |
+| reads | bubblewrap: only system folders and this Python are mounted (read-only), never other files of the machine; harnessrl's own package (its reference solutions) hidden under an empty tmpfs where it is installed there | off |
 | memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
@@ -123,9 +123,10 @@ def _isolation(workspace: Path, read_only: list[Path]) -> tuple[list[str], dict[
     if _bwrap_works():
         # /tmp first: a Python (a venv) or a workspace under /tmp is mounted over the private /tmp, not hidden by it
         system = [arg for folder in _system_folders() for arg in ("--ro-bind-try", folder, folder)]
+        hidden = [arg for folder in _hidden_folders() for arg in ("--tmpfs", folder)]
         shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
         bwrap = [
-            "bwrap", "--tmpfs", "/tmp", *system, "--dev", "/dev", "--proc", "/proc", *shown,
+            "bwrap", "--tmpfs", "/tmp", *system, *hidden, "--dev", "/dev", "--proc", "/proc", *shown,
             "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
             "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--",
@@ -142,6 +143,14 @@ def _system_folders() -> list[str]:
     user's own files, the task folders or their hidden tests."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
     return ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", *sorted(python)]
+
+
+def _hidden_folders() -> list[str]:
+    """harnessrl's own package where it lies inside a mounted folder (installed into site-packages, not
+    editable): the code tasks' reference library and tests ship in it and must stay out of reach."""
+    package = Path(__file__).resolve().parents[2]
+    mounted = [Path(folder).resolve() for folder in _system_folders()]
+    return [str(package)] if any(package.is_relative_to(folder) for folder in mounted) else []
 
 
 @functools.cache

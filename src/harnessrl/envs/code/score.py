@@ -1,17 +1,24 @@
 """Scoring a submission against hidden tests the agent never had in reach.
 
 1. The agent's changes are read as a diff of its workspace against the task's pristine repo/;
-   changes to test paths (tests, conftest.py, pytest/tox config, sitecustomize, .pth) and
-   symlinks are dropped (and listed).
+   changes to test paths (tests, conftest.py, pytest/tox config, sitecustomize, .pth), symlinks,
+   files that are not regular (a FIFO would block the read), and added top-level modules that would
+   shadow an installed one (a `pytest.py` of its own could print any report) are dropped (and listed).
 2. The rest is applied to a fresh copy of repo/, the hidden tests are laid over it, and pytest runs
    there in a new sandbox with plugin autoload off, no conftest, our own config file and only our
-   report plugin (`harnessrl_report`).
+   report plugin (`harnessrl_report`, first on the path), tracebacks and captured output off (so
+   the report line is not pushed out of the kept output by honest failures).
 3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
    before any test module (so it is in no file, argument or environment variable the tested code
-   could read; in-process code could still search memory for it, which the checks below make hard to use). It
-   must name exactly the hidden tests, each once, with a known outcome, agree with pytest's exit
-   code, and appear once; anything else (a missing report, `os._exit(0)` at import, a forged or
-   non-finite line) is a failed score with its reason, never a number.
+   could read). It must name exactly the hidden tests, each once, with a known outcome, agree with
+   pytest's exit code, appear once, and find unchanged the functions that run and report a test
+   (`Function.runtest`, `call_and_report`, ...: the plugin keeps them at import and compares at
+   the end); anything else (a missing report, `os._exit(0)` at import, a forged or non-finite
+   line, a swapped runner) is a failed score with its reason, never a number.
+
+The tested code runs in pytest's process, so a determined attack from inside it (editing this
+plugin's state in memory, then forcing the exit code) is not ruled out by the report alone; the
+`test_tampering` detector flags a diff that names the runner's internals (rewards/detectors.py).
 
 Knows tasks and the sandbox; nothing about models.
 """
@@ -19,10 +26,12 @@ Knows tasks and the sandbox; nothing about models.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import os
 import secrets
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -34,8 +43,24 @@ from harnessrl.envs.code.tasks import TEST_PATH, CodeTask, hidden_test_names
 PLUGIN = '''"""harnessrl's pytest report: one line on the real stdout, under the nonce read from stdin."""
 import json, os, sys
 
+import _pytest.python, _pytest.runner
+
+# what runs a test and reports it: tested code that swaps one (to pass every test) is named in the report
+_GUARDED = {
+    "Function.runtest": (_pytest.python.Function, "runtest"),
+    "pytest_pyfunc_call": (_pytest.python, "pytest_pyfunc_call"),
+    "pytest_runtest_call": (_pytest.runner, "pytest_runtest_call"),
+    "call_and_report": (_pytest.runner, "call_and_report"),
+    "CallInfo.from_call": (_pytest.runner.CallInfo, "from_call"),
+}
+
+
+def _now():
+    return {name: vars(owner).get(attr) for name, (owner, attr) in _GUARDED.items()}
+
+
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
-_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}}
+_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now()}
 
 
 def pytest_runtest_logreport(report):
@@ -51,7 +76,9 @@ def pytest_collectreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    line = {"nonce": _state.get("nonce"), "tests": _state.get("tests", {}), "exitstatus": int(exitstatus)}
+    patched = sorted(name for name, now in _now().items() if now is not _state["guarded"][name])
+    line = {"nonce": _state.get("nonce"), "tests": _state.get("tests", {}), "exitstatus": int(exitstatus),
+            "patched": patched}
     _state["out"].write("\\nHARNESSRL-REPORT " + json.dumps(line) + "\\n")
     _state["out"].flush()
 '''
@@ -98,14 +125,17 @@ def changes(pristine: Path, workspace: Path) -> Changes:
     diff = []
     for path in sorted(set(before) | set(after)):
         old, new = before.get(path), after.get(path)
-        if new is not None and new.is_symlink():
-            result.dropped[path] = "symlink"
+        if new is not None and (odd := _not_regular(new)):
+            result.dropped[path] = odd
             continue
         if old is not None and new is not None and old.read_bytes() == new.read_bytes():
             continue
         kind = "added" if old is None else "deleted" if new is None else "modified"
         if TEST_PATH.search(path):
             result.dropped[path] = f"{kind} test path"
+            continue
+        if kind == "added" and (shadowed := shadows(path)):
+            result.dropped[path] = f"added: shadows the installed module {shadowed!r}"
             continue
         result.applied[path] = kind
         diff += difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")
@@ -136,9 +166,9 @@ def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits 
         nonce = secrets.token_hex(16)
         command = [
             *python_argv(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
-            "--noconftest", "-p", "harnessrl_report", "-q", *hidden,
+            "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN", *hidden,
         ]  # fmt: skip
-        env = {"PYTHONPATH": f"{root}:{support}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env = {"PYTHONPATH": f"{support}:{root}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         run = sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support])
     result = _read_report(run, nonce, expected, target)
     result.changes = found
@@ -160,6 +190,8 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
         return failed(f"the report is not JSON: {exc}")
     if not isinstance(report, dict) or report.get("nonce") != nonce:
         return failed("the report does not carry this run's nonce (forged)")
+    if report.get("patched") != []:
+        return failed(f"the tested code replaced the test runner's {report.get('patched')}")
     tests = report.get("tests")
     if isinstance(tests, dict) and tests.get("<collection>") == "error" and report.get("exitstatus") == run.exit_code:
         return failed("the hidden tests could not be collected (the module does not import?)", invalid=False)
@@ -186,8 +218,45 @@ def python_argv(command: list[str]) -> list[str]:
     return [sys.executable if part in ("python", "python3") else part for part in command]
 
 
+def shadows(path: str) -> str | None:
+    """The module an added path would shadow in the scoring run (the repo is on the path before the
+    installed packages): its top-level name where that is our plugin or a module installed with
+    this Python (the standard library, site-packages); None otherwise."""
+    top, _, rest = path.partition("/")
+    name = top.removesuffix(".py") if (rest or top.endswith(".py")) else ""
+    if not name.isidentifier():
+        return None
+    if name == "harnessrl_report":
+        return name
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    if not origin or not Path(origin).is_file():  # built-in, frozen or namespace: a file cannot shadow those
+        return None
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return name if any(Path(origin).resolve().is_relative_to(p) for p in prefixes) else None
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why a workspace path is not read (a link, or a FIFO, socket or device, whose read could block), or None."""
+    mode = os.lstat(path).st_mode
+    return "symlink" if stat.S_ISLNK(mode) else None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def regular_files(root: Path) -> list[Path]:
+    """Regular files under root, links never followed (the agent's tools and scoring read only these)."""
+    return sorted(
+        Path(folder) / name
+        for folder, _, files in os.walk(root)
+        for name in files
+        if _not_regular(Path(folder) / name) is None
+    )
+
+
 def _files(root: Path) -> dict[str, Path]:
-    """Files and links (to files or folders, never followed) under root, by relative path."""
+    """Files, links (to files or folders, never followed) and other entries under root, by relative path."""
     found = {}
     for folder, dirs, files in os.walk(root):
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
