@@ -121,21 +121,24 @@ def run(
 def _isolation(workspace: Path, read_only: list[Path]) -> tuple[list[str], dict[str, str]]:
     """The argv prefix that isolates the command, and the network / writes guards it gives."""
     if _bwrap_works():
-        # /tmp first: a Python (a venv) or a workspace under /tmp is mounted over the private /tmp, not hidden by it
-        system = [arg for folder in _system_folders() for arg in ("--ro-bind-try", folder, folder)]
-        hidden = [arg for folder in _hidden_folders() for arg in ("--tmpfs", folder)]
-        shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
-        bwrap = [
-            "bwrap", "--tmpfs", "/tmp", *system, *hidden, "--dev", "/dev", "--proc", "/proc", *shown,
-            "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
-            "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
-            "--die-with-parent", "--new-session", "--",
-        ]  # fmt: skip
-        return bwrap, {"network": "netns", "writes": "bwrap", "reads": "system_only"}
+        return _bwrap_argv(workspace, read_only), {"network": "netns", "writes": "bwrap", "reads": "system_only"}
     if _unshare_works():
         unshare = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         return unshare, {"network": "netns", "writes": "off", "reads": "off"}
     return [], {"network": "off", "writes": "off", "reads": "off"}
+
+
+def _bwrap_argv(workspace: Path, read_only: list[Path]) -> list[str]:
+    # /tmp first: a Python (a venv) or a workspace under /tmp is mounted over the private /tmp, not hidden by it
+    system = [arg for folder in _system_folders() for arg in ("--ro-bind-try", folder, folder)]
+    hidden = [arg for folder in _hidden_folders() for arg in ("--tmpfs", folder)]
+    shown = [arg for folder in read_only for arg in ("--ro-bind", str(folder), str(folder))]
+    return [
+        "bwrap", "--tmpfs", "/tmp", *system, *hidden, "--dev", "/dev", "--proc", "/proc", *shown,
+        "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
+        "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
+        "--die-with-parent", "--new-session", "--",
+    ]  # fmt: skip
 
 
 def _system_folders() -> list[str]:
@@ -157,8 +160,9 @@ def _hidden_folders() -> list[str]:
 def _bwrap_works() -> bool:
     if not shutil.which("bwrap"):
         return False
-    probe = ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", "1000", "--", "true"]
-    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    with tempfile.TemporaryDirectory() as workspace:  # the argv `run` uses (where /proc cannot be mounted, it fails)
+        probe = [*_bwrap_argv(Path(workspace), []), "true"]
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
 
 
 @functools.cache
