@@ -240,6 +240,15 @@ def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
     assert (TrainConfig().ppo_epochs, TrainConfig().mini_batches) == (1, 1)
     assert loaded.rl.train.model_copy(update={"lr": default.rl.train.lr}) == default.rl.train
     assert loaded.model_copy(update={"rl": default.rl}) == default
+    # a swarm: or code: block (absent by default) keeps that job's own defaults around what it sets
+    (tmp_path / "swarm.yaml").write_text("swarm: {limits: {subagent_timeout: 60}, lambda_parallel: {start: 0.2}}\n")
+    swarm_job, job_default = JobConfig.load(tmp_path / "swarm.yaml").swarm, SwarmJobConfig()
+    assert swarm_job.limits == job_default.limits.model_copy(update={"subagent_timeout": 60.0})
+    assert swarm_job.limits.max_critical_steps == 8 and swarm_job.lambda_parallel.kind != "constant"
+    assert swarm_job.lambda_parallel == job_default.lambda_parallel.model_copy(update={"start": 0.2})
+    (tmp_path / "bad.yaml").write_text("agent: {max_turns: 8}\nswarm: {limits: {max_critical_steps: 12}}\n")
+    with pytest.raises(ValueError, match="max_subagent_steps 6 < agent.max_turns 8"):
+        JobConfig.load(tmp_path / "bad.yaml")
 
 
 def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):

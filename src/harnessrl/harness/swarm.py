@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -32,6 +33,8 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.tools import Toolbox
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class SwarmLimits(BaseModel):
@@ -139,6 +142,8 @@ class Swarm:
             name: a short name for it
             instructions: what it is for and how it should work
         """
+        if not _NAME.fullmatch(name):  # it becomes the calls' agent name and lineage (`name/N`)
+            return f"error: name {name[:80]!r}: 1-64 letters, digits, '_' or '-'"
         if name not in self.agents and len(self.agents) >= self.limits.max_subagents:
             return f"error: at most {self.limits.max_subagents} sub-agents; reuse one of {', '.join(self.agents)}"
         self.agents[name] = instructions

@@ -298,6 +298,11 @@ class JobConfig(_Strict):
             raise ValueError("rl.fresh_tasks is the search job's (the swarm job's is swarm.rl_questions)")
         if self.rl.fresh_tasks and self.rl.guidance:
             raise ValueError("rl.fresh_tasks with rl.guidance: RL's tasks would have no demonstration to guide them")
+        if self.swarm is not None and self.swarm.limits.max_subagent_steps < self.agent.max_turns:
+            raise ValueError(
+                f"swarm.limits.max_subagent_steps {self.swarm.limits.max_subagent_steps} < agent.max_turns "
+                f"{self.agent.max_turns}: a sub-agent would be cut off before the turns the serial baseline gets"
+            )
         budget = self.swarm and self.swarm.limits.max_critical_steps
         if budget is not None and budget < (round_trip := self.agent.max_turns + 2):
             raise ValueError(
@@ -310,9 +315,16 @@ class JobConfig(_Strict):
     def load(cls, path: Path | None) -> JobConfig:
         """The YAML at `path` over the job's defaults, key by key: `rl: {train: {lr: 3e-4}}` changes the
         learning rate and keeps the job's other `rl.train` settings (ppo_epochs 2, mini_batches 2), which
-        a block given whole would reset to TrainConfig's own defaults."""
+        a block given whole would reset to TrainConfig's own defaults; `swarm: {limits: {subagent_timeout:
+        60}}` keeps the swarm job's other limits and its λ anneals, as `code:` its settings."""
         given = {} if path is None else read_yaml(path) or {}
-        return validated(cls, _over(cls().model_dump(), given) if isinstance(given, dict) else given, path)
+        if not isinstance(given, dict):
+            return validated(cls, given, path)
+        defaults = cls().model_dump()
+        for key, job in (("swarm", SwarmJobConfig), ("code", CodeJobConfig)):  # None by default: their own defaults
+            if isinstance(given.get(key), dict):
+                defaults[key] = job().model_dump()
+        return validated(cls, _over(defaults, given), path)
 
     @classmethod
     def load_run(cls, folder: Path) -> JobConfig:

@@ -6,8 +6,9 @@ the orchestrator and of the single search agent doing the questions in turn (the
 orchestrator RL with the PARL reward (item-F1 + annealed r_parallel and r_finish), swarm metrics
 and alarms in metrics.jsonl -> held-out eval of the weights chosen on validation: `rl.validation_tasks`
 wide tasks of train questions set aside (no training task holds them; at most a quarter of the train
-questions), run before RL and every `rl.validate_every` updates; the best mean item-F1 (the later on
-a tie; update 0 is the SFT weights) goes to best/ (validation.jsonl, chosen_update in summary.json).
+questions), run before RL and every `rl.validate_every` updates; the update the main job's rule picks
+on their item-F1 (`rl.validation_p`: beyond noise over update 0, the SFT weights, then the best; job/main.py)
+goes to best/ (validation.jsonl, chosen_update in summary.json).
 
 Run folder: config.yaml, demos.jsonl, sft/, baseline.json / .jsonl, scripted.json / .jsonl (the
 scripted orchestrator on the held-out tasks: what delegation alone gives), eval_before.json / .jsonl

@@ -30,7 +30,8 @@ def wide_tasks(
     items: list[SearchTask], width: int, seed: int = 0, bundlings: int = 1, name: str | None = None
 ) -> list[Task]:
     """Every test question in exactly one wide task of `width` items (the last of a split may be
-    smaller); every train question in `bundlings` of them. Each bundling of each split draws from its
+    smaller; a last one of a single question is left out: nothing to hand out side by side); every
+    train question in `bundlings` of them. Each bundling of each split draws from its
     own random state, so the test tasks depend only on the test questions, `width` and `seed`. Task
     ids are `wide-<split>-N[-bundling]`, or `wide-<name>-N` with `name`."""
     out = []
