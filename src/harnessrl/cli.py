@@ -544,13 +544,15 @@ def _run_folder(checkpoint: str) -> Path | None:
 
 
 def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = "auto", vllm_url: str | None = None):
-    import httpx
-
     from harnessrl.policy import Policy, PolicyLoadError
+    from harnessrl.policy.vllm import SyncError
 
     try:
         return Policy.load(model, seed=seed, max_batch=max_batch, tool_format=tool_format, vllm_url=vllm_url)
-    except (PolicyLoadError, OSError, httpx.HTTPError) as exc:
+    except SyncError as exc:  # names the server and what it answered
+        console.print(f"[red]error:[/] --vllm-url: {exc}")
+        raise typer.Exit(2) from exc
+    except (PolicyLoadError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
 

@@ -249,6 +249,9 @@ def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
     (tmp_path / "bad.yaml").write_text("agent: {max_turns: 8}\nswarm: {limits: {max_critical_steps: 12}}\n")
     with pytest.raises(ValueError, match="max_subagent_steps 6 < agent.max_turns 8"):
         JobConfig.load(tmp_path / "bad.yaml")
+    (tmp_path / "ray.yaml").write_text("rl: {rollout: {backend: ray}}\n")
+    with pytest.raises(ValueError, match="rl.rollout.backend: ray: the jobs serve their policy in process"):
+        JobConfig.load(tmp_path / "ray.yaml")
 
 
 def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):

@@ -298,6 +298,11 @@ class JobConfig(_Strict):
             raise ValueError("rl.fresh_tasks is the search job's (the swarm job's is swarm.rl_questions)")
         if self.rl.fresh_tasks and self.rl.guidance:
             raise ValueError("rl.fresh_tasks with rl.guidance: RL's tasks would have no demonstration to guide them")
+        if self.rl.rollout.backend != "local":  # refused now, not after SFT and the first eval
+            raise ValueError(
+                "rl.rollout.backend: ray: the jobs serve their policy in process, which Ray workers cannot reach; "
+                "drive RolloutEngine with backend ray from Python against an HTTP gateway (docs/distributed.md)"
+            )
         if self.swarm is not None and self.swarm.limits.max_subagent_steps < self.agent.max_turns:
             raise ValueError(
                 f"swarm.limits.max_subagent_steps {self.swarm.limits.max_subagent_steps} < agent.max_turns "

@@ -195,6 +195,8 @@ class Engine:
         with self._step_lock, torch.no_grad():
             self.model.load_state_dict(state_dict)
             self._prefixes.clear()  # keys and values of the old weights
+            for r in self._prefilling:  # a prompt part-prefilled (chunked, or from the cache) starts over
+                r.cache, r.prefilled, r.reused = None, 0, 0
             self.version += 1
             return self.version
 

@@ -48,7 +48,8 @@ class VLLMEngine:
     def __init__(
         self, url: str, model, eos_ids: set[int], sync_dir: Path, tolerance: float = 2e-2, timeout: float = 600.0
     ):
-        self.url, self.model, self.eos_ids = url.rstrip("/"), model, sorted(eos_ids)
+        # the server's root: an OpenAI base URL ending in /v1 is what users copy, and would ask /v1/v1/...
+        self.url, self.model, self.eos_ids = url.rstrip("/").removesuffix("/v1"), model, sorted(eos_ids)
         self.sync_dir, self.tolerance, self.timeout = Path(sync_dir), tolerance, timeout
         self.sync_dir.mkdir(parents=True, exist_ok=True)
         self.version = 0
@@ -56,9 +57,23 @@ class VLLMEngine:
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self._lock = threading.Lock()
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-        served = self._http.get("/v1/models").json()["data"]
-        self.served_name = served[0]["id"]  # the model the server was started with
+        self.served_name = self._served()  # the model the server was started with
         self.sync_seconds: list[float] = []
+
+    def _served(self) -> str:
+        """The server's model id, or SyncError naming the URL and what it answered."""
+        try:
+            response = self._http.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise SyncError(f"vLLM server {self.url}: no answer ({type(exc).__name__}: {exc})") from None
+        try:
+            response.raise_for_status()
+            return response.json()["data"][0]["id"]
+        except (httpx.HTTPStatusError, ValueError, KeyError, IndexError, TypeError):
+            raise SyncError(
+                f"vLLM server {self.url}: GET /v1/models answered {response.status_code} {response.text[:200]!r}, "
+                "not a vLLM model list (is it a vLLM OpenAI server, started without --api-key?)"
+            ) from None
 
     # ---- generation ----
 

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harnessrl.gateway import GatewayClient
 from harnessrl.harness import Harness
 from harnessrl.rewards import Reward
-from harnessrl.rollout.ray_backend import WorkerDied
+from harnessrl.rollout.ray_backend import WorkerDied, WorkerSetupError
 from harnessrl.types import Episode, RewardBreakdown, Task
 
 
@@ -32,7 +32,9 @@ class RolloutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     group_size: int = Field(default=8, ge=2, description="episodes per task (G)")
     groups_per_update: int = Field(default=4, ge=1, description="groups in one trainer update")
-    concurrency: int = Field(default=32, ge=1, description="episodes in flight at once")
+    concurrency: int = Field(
+        default=32, ge=1, description="episodes in flight at once (ray: at most workers x worker_concurrency)"
+    )
     staleness: int = Field(default=0, ge=0, description="k: 0 = synchronous; k > 0 = rollouts continue during updates")
     episode_timeout: float = Field(default=120.0, gt=0, description="seconds before a harness run is a failed episode")
     failure_reward: float = Field(default=-1.0, description="reward of a failed episode (raised, timed out)")
@@ -65,7 +67,11 @@ class RolloutEngine:
         sampled episodes, scored with them (LUFFY's off-policy guidance; `TrainConfig.guidance`)."""
         self.gateway, self.harness, self.reward, self.guides = gateway, harness, reward, guides or {}
         self.config = cfg = config or RolloutConfig()
-        self._slots = asyncio.Semaphore(cfg.concurrency)
+        # on Ray, no more in flight than the workers run at once: a queued episode's timeout would already be running
+        in_flight = (
+            min(cfg.concurrency, cfg.workers * cfg.worker_concurrency) if cfg.backend == "ray" else cfg.concurrency
+        )
+        self._slots = asyncio.Semaphore(in_flight)
         self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0}
         self._ray = None
         if cfg.backend == "ray":  # the default backend never imports Ray
@@ -94,6 +100,8 @@ class RolloutEngine:
         try:
             outcome = await asyncio.wait_for(self._run(task, key), self.config.episode_timeout)
             return await self.gateway.finish(episode_id, outcome)
+        except WorkerSetupError:  # every episode would fail alike: stop, naming why
+            raise
         except WorkerDied as exc:
             self.counts["worker_deaths"] += 1
             if retry:  # this attempt's episode is deleted below: its partial calls are never trained on

@@ -17,6 +17,7 @@ Only this module imports Ray, and only when the ray backend is chosen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 from harnessrl.harness import Harness
@@ -25,6 +26,10 @@ from harnessrl.types import Outcome, Task
 
 class WorkerDied(RuntimeError):
     """The Ray worker running an episode died; the message says how."""
+
+
+class WorkerSetupError(RuntimeError):
+    """A Ray worker could not start (its harness does not load there): every episode would fail alike."""
 
 
 def _worker_class():
@@ -97,8 +102,12 @@ class RayRunner:
         except self._ray.exceptions.RayTaskError as exc:  # the harness raised: the same as in process
             raise exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc)) from None
         except self._ray.exceptions.RayActorError as exc:
+            if getattr(exc, "actor_init_failed", False):  # e.g. the harness's module does not import there
+                raise WorkerSetupError(f"rollout worker {slot} could not start: {str(exc)[:600]}") from None
             if self.workers[slot] is worker:  # the first episode to notice replaces the worker
                 self.workers[slot], self.load[slot] = self._make(), 0
+                with contextlib.suppress(Exception):  # unavailable, not dead: it must not run on unseen
+                    self._ray.kill(worker, no_restart=True)
             raise WorkerDied(f"rollout worker {slot} died: {type(exc).__name__}: {str(exc)[:300]}") from None
         finally:
             if self.workers[slot] is worker:
