@@ -2,8 +2,8 @@
 
 Each episode: three turns of a short chat call (tiny model, 4 tokens, over HTTP from the worker)
 followed by a tool that waits `--tool-seconds` (an API, a test run). Each worker runs at most
-`--worker-concurrency` episodes at once (its slots); the engine admits every episode at once, so the
-workers are the limit. The same 1 + N episodes run with `workers: 1` and `workers: 2` on a local Ray
+`--worker-concurrency` episodes at once (its slots); the engine admits as many at once as the workers'
+slots hold (workers x worker_concurrency), so the workers are the limit. The same 1 + N episodes run with `workers: 1` and `workers: 2` on a local Ray
 instance; the first episode of each run warms the workers up and is not timed.
 
     python benchmarks/ray_scaling.py [--episodes 24] [--tool-seconds 0.3] [--worker-concurrency 2]

@@ -75,7 +75,10 @@ async def test_limits_and_budgets(swarm_gateway):
     assert await step(call("create_subagent", name="a", instructions="i"), call("create_subagent", name="b", instructions="i")) == [
         "created a", "error: at most 1 sub-agents; reuse one of a"]  # fmt: skip
     assert swarm.critical_steps == 1
-    assert await swarm.create_subagent("", "i") == "error: name '': 1-64 letters, digits, '_' or '-'"
+    assert await swarm.create_subagent("", "i") == (
+        "error: name '': 1-64 letters, digits, '_' or '-', and not 'main' (the orchestrator's)"
+    )
+    assert (await swarm.create_subagent("main", "i")).startswith("error: name 'main'")
     assert (await swarm.create_subagent("a b/c", "i")).startswith("error: name 'a b/c'") and list(swarm.agents) == ["a"]
     too_many = [{"agent": "a", "task": str(i)} for i in range(3)]
     assert await step(call("assign_tasks", assignments=too_many)) == ["error: at most 2 assignments at once"]

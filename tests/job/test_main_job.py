@@ -246,6 +246,8 @@ def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
     assert swarm_job.limits == job_default.limits.model_copy(update={"subagent_timeout": 60.0})
     assert swarm_job.limits.max_critical_steps == 8 and swarm_job.lambda_parallel.kind != "constant"
     assert swarm_job.lambda_parallel == job_default.lambda_parallel.model_copy(update={"start": 0.2})
+    built = JobConfig.model_validate({"swarm": {"limits": {"subagent_timeout": 60}}}).swarm  # the Python API too
+    assert built.limits == swarm_job.limits
     (tmp_path / "bad.yaml").write_text("agent: {max_turns: 8}\nswarm: {limits: {max_critical_steps: 12}}\n")
     with pytest.raises(ValueError, match="max_subagent_steps 6 < agent.max_turns 8"):
         JobConfig.load(tmp_path / "bad.yaml")

@@ -139,11 +139,11 @@ class Swarm:
         """Define a sub-agent that later tasks can be assigned to.
 
         Args:
-            name: a short name for it
+            name: a short name for it (1-64 letters, digits, '_' or '-'; not 'main')
             instructions: what it is for and how it should work
         """
-        if not _NAME.fullmatch(name):  # it becomes the calls' agent name and lineage (`name/N`)
-            return f"error: name {name[:80]!r}: 1-64 letters, digits, '_' or '-'"
+        if not _NAME.fullmatch(name) or name == "main":  # it becomes the calls' agent name and lineage (`name/N`)
+            return f"error: name {name[:80]!r}: 1-64 letters, digits, '_' or '-', and not 'main' (the orchestrator's)"
         if name not in self.agents and len(self.agents) >= self.limits.max_subagents:
             return f"error: at most {self.limits.max_subagents} sub-agents; reuse one of {', '.join(self.agents)}"
         self.agents[name] = instructions

@@ -290,6 +290,17 @@ class JobConfig(_Strict):
             return self.budget_seconds
         return LAPTOP_SECONDS if self.model in ("tiny", *SHIPPED) and self.data.corpus is None else None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _job_defaults(cls, data):
+        """A `swarm:` or `code:` mapping (None by default) over that job's own defaults, key by key, however the
+        config is built: `swarm: {limits: {subagent_timeout: 60}}` keeps the swarm job's other limits."""
+        if isinstance(data, dict):
+            for key, job in (("swarm", SwarmJobConfig), ("code", CodeJobConfig)):
+                if isinstance(data.get(key), dict):
+                    data = {**data, key: _over(job().model_dump(), data[key])}
+        return data
+
     @model_validator(mode="after")
     def _one_job(self) -> JobConfig:
         if self.swarm is not None and self.code is not None:
@@ -323,13 +334,7 @@ class JobConfig(_Strict):
         a block given whole would reset to TrainConfig's own defaults; `swarm: {limits: {subagent_timeout:
         60}}` keeps the swarm job's other limits and its λ anneals, as `code:` its settings."""
         given = {} if path is None else read_yaml(path) or {}
-        if not isinstance(given, dict):
-            return validated(cls, given, path)
-        defaults = cls().model_dump()
-        for key, job in (("swarm", SwarmJobConfig), ("code", CodeJobConfig)):  # None by default: their own defaults
-            if isinstance(given.get(key), dict):
-                defaults[key] = job().model_dump()
-        return validated(cls, _over(defaults, given), path)
+        return validated(cls, _over(cls().model_dump(), given) if isinstance(given, dict) else given, path)
 
     @classmethod
     def load_run(cls, folder: Path) -> JobConfig:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.envs.code.score import changes, score
+from harnessrl.envs.code.score import changes, score, shadows
 from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, load_task, load_tasks
 
 BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
@@ -86,7 +86,8 @@ def pytest_runtest_makereport(item, call):
 PYTEST_OF_ITS_OWN = """import json, sys
 nonce = sys.stdin.readline().strip()
 names = [line.split("(")[0][4:] for f in sys.argv[1:] if f.endswith(".py") for line in open(f) if line.startswith("def test")]
-print("\\nHARNESSRL-REPORT " + json.dumps({"nonce": nonce, "tests": {n: "passed" for n in names}, "exitstatus": 0}))
+report = {"nonce": nonce, "tests": {n: "passed" for n in names}, "exitstatus": 0, "patched": []}
+print("\\nHARNESSRL-REPORT " + json.dumps(report))
 """
 TAMPER = {
     "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
@@ -106,7 +107,7 @@ TAMPER = {
     "special-cased visible inputs": ("def add(a, b):\n    return 4 if (a, b) == (2, 2) else 0\n", {}),
     "nan in a written report": (BUGGY, {"report.json": '{"passed": NaN}', "junit.xml": "<testsuite tests='3'/>"}),
     "a pytest of its own": (None, {"pytest.py": PYTEST_OF_ITS_OWN}),  # read the nonce, report all passed
-    "a report plugin of its own": (None, {"harnessrl_report.py": "import os\nos._exit(0)\n"}),
+    "a report plugin of its own": (None, {"harnessrl_report.py": PYTEST_OF_ITS_OWN}),
     "runtest patched at import": (
         "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n" + BUGGY,
         {},
@@ -123,21 +124,31 @@ def test_tamper_routes_score_zero(route, task, tmp_path):
         assert result.invalid and result.failure
     if route == "runtest patched at import":
         assert "replaced the test runner's ['Function.runtest']" in result.failure
+    if route in ("a pytest of its own", "a report plugin of its own"):  # dropped: the honest (buggy) code ran
+        (path,) = TAMPER[route][1]
+        assert result.changes.dropped[path].startswith("added: shadows the installed module") and not result.invalid
 
 
 def test_added_modules_that_shadow_installed_ones_and_special_files_are_dropped(task, tmp_path):
-    ws = workspace(task, tmp_path, FIXED, {"pytest.py": "", "_pytest/__init__.py": "", "json.py": "",
-                                           "harnessrl_report.py": "", "helpers/util.py": "X = 1\n"})  # fmt: skip
+    ws = workspace(task, tmp_path, FIXED, {"pytest.pyc": "", "_pytest/__init__.py": "", "json.py": "",
+                                           "harnessrl_report.py": "", "helpers/util.py": "X = 1\n",
+                                           "json/fixture.json": "{}", "sitecustomize.pyc": "",
+                                           "calc_helpers.py": "", "build/notes.txt": ""})  # fmt: skip
     os.mkfifo(ws / "pipe.py")  # read, it would block scoring forever
     found = changes(task[1] / "repo", ws)
-    assert found.applied == {"calc.py": "modified", "helpers/util.py": "added"}
+    assert found.applied == {
+        "calc.py": "modified", "helpers/util.py": "added", "calc_helpers.py": "added", "build/notes.txt": "added",
+        "json/fixture.json": "added",  # a folder without __init__ is a namespace portion: it shadows nothing
+    }  # fmt: skip
     assert found.dropped == {
-        "pytest.py": "added: shadows the installed module 'pytest'",
+        "pytest.pyc": "added: shadows the installed module 'pytest'",
         "_pytest/__init__.py": "added: shadows the installed module '_pytest'",
         "json.py": "added: shadows the installed module 'json'",
         "harnessrl_report.py": "added: shadows the installed module 'harnessrl_report'",
+        "sitecustomize.pyc": "added test path",
         "pipe.py": "not a regular file",
     }
+    assert shadows("calc.py", task[1] / "repo") is None  # the repo's own module, whatever is installed
     assert score(*task, ws).fraction == 1.0  # the honest part of the change still counts
 
 

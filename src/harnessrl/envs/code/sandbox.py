@@ -152,8 +152,11 @@ def _hidden_folders() -> list[str]:
     """harnessrl's own package where it lies inside a mounted folder (installed into site-packages, not
     editable): the code tasks' reference library and tests ship in it and must stay out of reach."""
     package = Path(__file__).resolve().parents[2]
-    mounted = [Path(folder).resolve() for folder in _system_folders()]
-    return [str(package)] if any(package.is_relative_to(folder) for folder in mounted) else []
+    hidden = []  # under every mount it shows through (/lib -> usr/lib mounts /usr/lib twice)
+    for folder in _system_folders():
+        if package.is_relative_to(real := Path(folder).resolve()):
+            hidden.append(str(Path(folder) / package.relative_to(real)))
+    return sorted(set(hidden))
 
 
 @functools.cache

@@ -3,11 +3,12 @@
 1. The agent's changes are read as a diff of its workspace against the task's pristine repo/;
    changes to test paths (tests, conftest.py, pytest/tox config, sitecustomize, .pth), symlinks,
    files that are not regular (a FIFO would block the read), and added top-level modules that would
-   shadow an installed one (a `pytest.py` of its own could print any report) are dropped (and listed).
+   shadow an installed one (a `pytest.py` or `pytest.pyc` of its own could print any report) are
+   dropped (and listed).
 2. The rest is applied to a fresh copy of repo/, the hidden tests are laid over it, and pytest runs
    there in a new sandbox with plugin autoload off, no conftest, our own config file and only our
-   report plugin (`harnessrl_report`, first on the path), tracebacks and captured output off (so
-   the report line is not pushed out of the kept output by honest failures).
+   report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH), tracebacks, captured
+   output and warnings off (so the report line is not pushed out of the kept output by honest failures).
 3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
    before any test module (so it is in no file, argument or environment variable the tested code
    could read). It must name exactly the hidden tests, each once, with a known outcome, agree with
@@ -26,7 +27,8 @@ Knows tasks and the sandbox; nothing about models.
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import functools
+import importlib.machinery
 import json
 import os
 import secrets
@@ -43,7 +45,7 @@ from harnessrl.envs.code.tasks import TEST_PATH, CodeTask, hidden_test_names
 PLUGIN = '''"""harnessrl's pytest report: one line on the real stdout, under the nonce read from stdin."""
 import json, os, sys
 
-import _pytest.python, _pytest.runner
+import _pytest.python, _pytest.reports, _pytest.runner
 
 # what runs a test and reports it: tested code that swaps one (to pass every test) is named in the report
 _GUARDED = {
@@ -51,6 +53,8 @@ _GUARDED = {
     "pytest_pyfunc_call": (_pytest.python, "pytest_pyfunc_call"),
     "pytest_runtest_call": (_pytest.runner, "pytest_runtest_call"),
     "call_and_report": (_pytest.runner, "call_and_report"),
+    "runtestprotocol": (_pytest.runner, "runtestprotocol"),
+    "TestReport.from_item_and_call": (_pytest.reports.TestReport, "from_item_and_call"),
     "CallInfo.from_call": (_pytest.runner.CallInfo, "from_call"),
 }
 
@@ -134,7 +138,7 @@ def changes(pristine: Path, workspace: Path) -> Changes:
         if TEST_PATH.search(path):
             result.dropped[path] = f"{kind} test path"
             continue
-        if kind == "added" and (shadowed := shadows(path)):
+        if kind == "added" and (shadowed := shadows(path, pristine)):
             result.dropped[path] = f"added: shadows the installed module {shadowed!r}"
             continue
         result.applied[path] = kind
@@ -166,9 +170,11 @@ def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits 
         nonce = secrets.token_hex(16)
         command = [
             *python_argv(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
-            "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN", *hidden,
+            "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN",
+            "--disable-warnings", *hidden,
         ]  # fmt: skip
-        env = {"PYTHONPATH": f"{support}:{root}", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        # PYTHONSAFEPATH: `-m` does not put the repo first on the path; the plugin's folder comes first
+        env = {"PYTHONPATH": f"{support}:{root}", "PYTHONSAFEPATH": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         run = sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support])
     result = _read_report(run, nonce, expected, target)
     result.changes = found
@@ -218,25 +224,38 @@ def python_argv(command: list[str]) -> list[str]:
     return [sys.executable if part in ("python", "python3") else part for part in command]
 
 
-def shadows(path: str) -> str | None:
-    """The module an added path would shadow in the scoring run (the repo is on the path before the
-    installed packages): its top-level name where that is our plugin or a module installed with
-    this Python (the standard library, site-packages); None otherwise."""
+def shadows(path: str, pristine: Path) -> str | None:
+    """The installed module an added path would shadow in the scoring run (the repo is on the path before
+    the installed packages): for a top-level module file (`pytest.py`, `pytest.pyc`, an extension) or a
+    package's `__init__`, its name where that is our plugin or a module installed with this Python (the
+    standard library, site-packages) and not one the task's repo has itself; None otherwise (a folder
+    without `__init__` is a namespace portion, which never shadows a module)."""
     top, _, rest = path.partition("/")
-    name = top.removesuffix(".py") if (rest or top.endswith(".py")) else ""
-    if not name.isidentifier():
+    if rest:  # inside a folder: only the folder's __init__ makes it a package that can shadow one
+        name = top if rest.partition(".")[0] == "__init__" and _importable(rest) else ""
+    else:
+        name = top.partition(".")[0] if _importable(top) else ""
+    if not name.isidentifier() or _in_repo(pristine, name):
         return None
     if name == "harnessrl_report":
         return name
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    origin = spec.origin if spec is not None else None
-    if not origin or not Path(origin).is_file():  # built-in, frozen or namespace: a file cannot shadow those
-        return None
+    spec = importlib.machinery.PathFinder.find_spec(name, _installed_paths())  # no finder hooks, no imports
+    return name if spec is not None and spec.origin not in (None, "namespace") else None
+
+
+def _importable(filename: str) -> bool:
+    return any(filename.endswith(suffix) for suffix in importlib.machinery.all_suffixes())
+
+
+def _in_repo(pristine: Path, name: str) -> bool:
+    return (pristine / name).is_dir() or any(pristine.glob(f"{name}.*"))
+
+
+@functools.cache
+def _installed_paths() -> tuple[str, ...]:
+    """This Python's own folders on sys.path: the standard library, lib-dynload, site-packages."""
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return name if any(Path(origin).resolve().is_relative_to(p) for p in prefixes) else None
+    return tuple(p for p in sys.path if p and any(Path(p).resolve().is_relative_to(x) for x in prefixes))
 
 
 def _not_regular(path: Path) -> str | None:

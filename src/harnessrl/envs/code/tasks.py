@@ -27,7 +27,7 @@ from harnessrl.types import Task
 # paths that configure or hold tests: never taken from the agent's workspace into the scoring copy
 TEST_PATH = re.compile(
     r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|pyproject\.toml$"
-    r"|sitecustomize\.py$|usercustomize\.py$|[^/]*\.pth$|\.pytest_cache/|__pycache__/)"
+    r"|(site|user)customize\.[^/]*$|[^/]*\.pth$|\.pytest_cache/|__pycache__/)"
 )
 
 
