@@ -116,9 +116,11 @@ class RLConfig(_Strict):
         description="each RL group gets the expert's demonstration of its task beside its sampled episodes (LUFFY's "
         "off-policy guidance; trained as rl.train.guidance says)",
     )
-    # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py)
+    # staleness 0: on 2 CPU cores, rollouts and updates compete for the same cores (benchmarks/async_vs_sync.py);
+    # 8 tasks an update: with 4, groups that all scored alike left an update's gradient to 1-3 tasks, and such
+    # updates lost held-out success (docs/search-history.md, "Eight tasks an update, whole")
     rollout: RolloutConfig = Field(
-        default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=4, staleness=0)
+        default_factory=lambda: RolloutConfig(group_size=8, groups_per_update=8, staleness=0)
     )
     # two passes of two mini-batches over each batch (Context-1 used 4 sub-steps a step): one step a batch barely moved the policy;
     # entropy_coef -0.1 sharpens the policy: a T = 1 sample of tiny-base after SFT draws 7-11 tokens at p < 1 % per 1,000,
