@@ -95,3 +95,9 @@ async def test_limits_and_budgets(swarm_gateway):
     assert bad == ["error: assignments.0: needs exactly the keys agent and task",
                    "error: unknown tool 'nope'; available: create_subagent, assign_task, assign_tasks"]  # fmt: skip
     assert swarm.exhausted == "orchestrator step limit (5)"
+
+
+async def test_a_sub_agent_model_the_gateway_does_not_serve_frozen_is_said(swarm_gateway, caplog):
+    episode, _, _ = await run_scripted(swarm_gateway, tasks=1, model="sbu")  # "sub" misspelt
+    assert any(c.agent == "scout" and c.trainable for c in episode.calls)  # the trainable policy answered
+    assert "sub-agent model 'sbu' is not one the gateway serves frozen" in caplog.text

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -33,6 +35,8 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from harnessrl.harness.tools import Toolbox
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -82,6 +86,11 @@ _STAGE: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("swar
 SubAgent = Callable[[Assignment, Any], Awaitable[str | None]]
 
 
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
 class StepLimitError(RuntimeError):
     """A sub-agent asked for more model calls than its run allows."""
 
@@ -100,7 +109,14 @@ class BoundLLM:
             raise StepLimitError(f"step limit: {self.max_calls} model calls per sub-agent run")
         self.calls += 1
         kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
-        return await self._llm.chat.completions.create(**kwargs)
+        response = await self._llm.chat.completions.create(**kwargs)
+        if getattr(response, "model", self._model) != self._model:  # a misspelt --frozen name lands here too
+            _warn_once(
+                f"sub-agent model {self._model!r} is not one the gateway serves frozen: {response.model!r}, the "
+                "trainable policy, answers, and its sub-agents' calls are trained (serve it with --frozen "
+                f"{self._model}=MODEL to keep them frozen)"
+            )
+        return response
 
 
 @dataclass
