@@ -204,12 +204,14 @@ class Store:
         returns their ids."""
         cutoff = (now or time.time()) - ttl_seconds
         stale = (episodes_table.c.status == "running") & (episodes_table.c.updated_at < cutoff)
+        update = sa.update(episodes_table).where(stale).values(
+            status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds
+        )
         with self.engine.begin() as db:
+            if self.engine.dialect.update_returning:  # the rows it changed, not ones touched since a SELECT
+                return [r.id for r in db.execute(update.returning(episodes_table.c.id))]
             ids = [r.id for r in db.execute(sa.select(episodes_table.c.id).where(stale))]
-            if ids:
-                db.execute(sa.update(episodes_table).where(episodes_table.c.id.in_(ids) & stale).values(
-                    status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds
-                ))  # fmt: skip
+            db.execute(update.where(episodes_table.c.id.in_(ids)))
         return ids
 
     # ---- what the cycle reads ----
