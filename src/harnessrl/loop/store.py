@@ -204,8 +204,10 @@ class Store:
         returns their ids."""
         cutoff = (now or time.time()) - ttl_seconds
         stale = (episodes_table.c.status == "running") & (episodes_table.c.updated_at < cutoff)
-        update = sa.update(episodes_table).where(stale).values(
-            status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds
+        update = (
+            sa.update(episodes_table)
+            .where(stale)
+            .values(status="failed", failure_reason=EXPIRED, updated_at=episodes_table.c.updated_at + ttl_seconds)
         )
         with self.engine.begin() as db:
             if self.engine.dialect.update_returning:  # the rows it changed, not ones touched since a SELECT
