@@ -110,7 +110,10 @@ class BoundLLM:
         self.calls += 1
         kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
         response = await self._llm.chat.completions.create(**kwargs)
-        if getattr(response, "model", self._model) != self._model:  # a misspelt --frozen name lands here too
+        # the gateway's own policy answered under its own name (a proxied frozen model answers under its upstream's
+        # name and fingerprint; a pinned one under the name asked for): a misspelt --frozen name lands here
+        own = str(getattr(response, "system_fingerprint", "") or "").startswith("policy-v")
+        if own and getattr(response, "model", self._model) != self._model:
             _warn_once(
                 f"sub-agent model {self._model!r} is not one the gateway serves frozen: {response.model!r}, the "
                 "trainable policy, answers, and its sub-agents' calls are trained (serve it with --frozen "
