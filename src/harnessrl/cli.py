@@ -685,9 +685,9 @@ def cycle(
         try:
             event = run_cycle(loop, candidate)
         except Exception as exc:  # under --every a failed cycle is recorded and the next one runs
-            if period is None and isinstance(exc, ValueError):
-                _fail(str(exc))
             if period is None:
+                if isinstance(exc, ValueError):
+                    _fail(str(exc))
                 raise
             console.print_exception(max_frames=4)
             _record_failed_cycle(loop, exc)

@@ -266,12 +266,7 @@ def _not_regular(path: Path) -> str | None:
 
 def regular_files(root: Path) -> list[Path]:
     """Regular files under root, links never followed (the agent's tools and scoring read only these)."""
-    return sorted(
-        Path(folder) / name
-        for folder, _, files in os.walk(root)
-        for name in files
-        if _not_regular(Path(folder) / name) is None
-    )
+    return sorted(path for path in _files(root).values() if _not_regular(path) is None)
 
 
 def _files(root: Path) -> dict[str, Path]:
