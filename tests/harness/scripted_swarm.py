@@ -35,17 +35,22 @@ def call(tool: str, **arguments) -> dict:
 
 
 async def run_scripted(
-    gateway: GatewayClient, tasks: int, subagent=worker, limits: SwarmLimits | None = None, model: str = "sub"
+    gateway: GatewayClient,
+    tasks: int | list[str],
+    subagent=worker,
+    limits: SwarmLimits | None = None,
+    model: str = "sub",
 ):
-    """One episode: create a sub-agent, assign `tasks` tasks at once (if any), answer.
-    Returns (episode, swarm, the orchestrator's messages)."""
+    """One episode: create a sub-agent, assign `tasks` tasks at once (if any; a number: "item 0", "item 1", ...),
+    answer. Returns (episode, swarm, the orchestrator's messages)."""
+    texts = [f"item {i}" for i in range(tasks)] if isinstance(tasks, int) else tasks
     episode_id, key = await gateway.create_episode(Task(prompt="find things"))
     llm = gateway.openai(key)
     swarm = Swarm(llm, subagent, model=model, limits=limits or SwarmLimits())
     messages = [SYSTEM, {"role": "user", "content": "find things"}]
     plan = [[call("create_subagent", name="scout", instructions="Answer briefly.")]] if tasks else []
     if tasks:
-        plan.append([call("assign_tasks", assignments=[{"agent": "scout", "task": f"item {i}"} for i in range(tasks)])])
+        plan.append([call("assign_tasks", assignments=[{"agent": "scout", "task": t} for t in texts])])
     for tool_calls in [*plan, []]:
         response = await demonstrate(llm, messages, swarm.schemas, tool_calls)
         messages.append(response.choices[0].message.model_dump(exclude_none=True))

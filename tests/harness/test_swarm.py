@@ -32,6 +32,18 @@ async def test_assigned_sub_agents_run_concurrently_under_the_call_that_assigned
     assert swarm.critical_steps == critical_steps(episode.calls) == 4 and len(episode.calls) == 6
     summary = episode.outcome.info["swarm"]
     assert summary["assigned"] == summary["finished"] == 3 and summary["subagents"] == 1
+    assert summary["distinct"] == summary["distinct_finished"] == 3
+
+
+async def test_repeats_of_one_task_count_once(swarm_gateway):
+    async def first_finishes(assignment, llm):  # the last text never finishes
+        return await (chatterbox if assignment.task == "item 9" else worker)(assignment, llm)
+
+    texts = ["Item 0", "item  0.", "item 0", "item 1", "item 9"]
+    episode, _, _ = await run_scripted(swarm_gateway, texts, first_finishes, SwarmLimits(max_subagent_steps=1))
+    summary = episode.outcome.info["swarm"]
+    assert (summary["assigned"], summary["finished"]) == (5, 4)
+    assert (summary["distinct"], summary["distinct_finished"]) == (3, 2)
 
 
 async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gateway):

@@ -27,6 +27,15 @@ def test_parl_reward_by_hand_and_its_lambdas_anneal():
     # farming many sub-agents pays no more than the cap; none assigned earns no finish credit
     assert reward.score(_episode(40, 40, False), 0).total == pytest.approx(0.2 + 0.1)
     assert reward.score(_episode(0, 0, False), 0).total == 0.0
+    # padding with repeats of one task: four runs of the same text are one distinct assignment
+    padded = Episode(
+        outcome=Outcome(
+            success=False, info={"swarm": {"assigned": 4, "finished": 4, "distinct": 1, "distinct_finished": 1}}
+        )
+    )
+    assert reward.score(padded, 0).terms == pytest.approx({"perf": 0.0, "parallel": 0.2 / 4, "finish": 0.1 / 4})
+    metrics = swarm_metrics([_episode(2, 1, True), _episode(0, 0, False), padded], reward, step=5)
+    assert metrics["swarm/repeated"] == pytest.approx(1.0)
     metrics = swarm_metrics([_episode(2, 1, True), _episode(0, 0, False)], reward, step=5)
     assert metrics["swarm/spawn_rate"] == 0.5 and metrics["swarm/finish_rate"] == 0.5
     assert metrics["swarm/unfinished"] == 0.5 and metrics["swarm/lambda_parallel"] == pytest.approx(0.1)

@@ -37,6 +37,8 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         raise RuntimeError("the harness hit a bug")
     if task.data.get("hang"):
         await asyncio.sleep(60)
+    if idle := task.data.get("idle"):  # e.g. a slow tool before the first call: the session may expire meanwhile
+        await asyncio.sleep(idle)
     messages = [{"role": "user", "content": task.prompt}]
     answer = ""
     for _ in range(2):
@@ -84,6 +86,32 @@ def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(se
     )
     assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0}
     assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0}
+
+
+@pytest.mark.parametrize("store", [False, True])
+async def test_an_episode_its_gateway_expired_is_a_failed_episode_not_a_crash(tmp_path, store):
+    """A gateway with a session TTL ends an idle episode: kept in memory as failed (409 on finish) or, with a trace
+    store, moved there (404 on finish and on delete)."""
+    from harnessrl.gateway.serving import EXPIRED
+    from harnessrl.loop.store import Store
+
+    recorder = Store(tmp_path / "t.db") if store else None
+    app = create_app(Policy.load("tiny"), ADMIN, recorder=recorder, session_ttl=0.2)
+    reward = Reward([weighted("answered", lambda e: float(bool(e.outcome.answer)))])
+    async with app.router.lifespan_context(app):
+        engine = RolloutEngine(GatewayClient(ADMIN, app=app), harness, reward, RolloutConfig(group_size=2))
+        idle = await engine.group(Task(id="idle", prompt="Time in Oslo?", data={"idle": 1.0}))
+        ok = await engine.group(Task(id="ok", prompt="Time in Oslo?"))
+    assert all(e.status == "failed" and e.reward.total == -1.0 for e in idle)
+    reasons = {e.failure_reason for e in idle}
+    if store:
+        assert all(r.startswith("gone from the gateway") for r in reasons)
+        assert all(recorder.get(e.id).failure_reason == EXPIRED for e in idle)
+        recorder.close()
+    else:
+        assert reasons == {EXPIRED}
+    assert all(e.status == "finished" for e in ok) and engine.counts["expired"] == 2
+    app.state.serving.policy.close()
 
 
 @pytest.mark.parametrize("staleness", [0, 1])

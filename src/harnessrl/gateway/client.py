@@ -19,7 +19,9 @@ IN_PROCESS_URL = "http://harnessrl.local"
 
 
 class GatewayError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status the gateway answered
 
 
 class GatewayClient:
@@ -87,7 +89,7 @@ class GatewayClient:
     async def _request(self, method: str, path: str, **kwargs) -> dict:
         response = await self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
-            raise GatewayError(f"{method} {path}: {response.status_code} {response.text}")
+            raise GatewayError(f"{method} {path}: {response.status_code} {response.text}", response.status_code)
         return response.json()
 
     async def aclose(self) -> None:

@@ -82,6 +82,11 @@ class SubAgentRun:
 _PARENT: contextvars.ContextVar[str] = contextvars.ContextVar("swarm_parent")
 _STAGE: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("swarm_stage")
 
+
+def _task_key(task: str) -> str:
+    return " ".join(re.findall(r"\w+", task.casefold()))
+
+
 # async def run_subagent(assignment, llm) -> str | None: the final output (None: gave none, unfinished)
 SubAgent = Callable[[Assignment, Any], Awaitable[str | None]]
 
@@ -267,11 +272,15 @@ class Swarm:
         return run.output
 
     def summary(self) -> dict[str, Any]:
-        """What the episode's outcome records under info["swarm"]."""
+        """What the episode's outcome records under info["swarm"]. `distinct`: the assignments whose task text
+        differs (words compared case-blind, whatever agent ran them); `distinct_finished`: those that finished at
+        least once. The PARL terms count these, so repeating one task pays no more than asking it once."""
         return {
             "subagents": len(self.agents),
             "assigned": len(self.runs),
             "finished": sum(r.finished for r in self.runs),
+            "distinct": len({_task_key(r.task) for r in self.runs}),
+            "distinct_finished": len({_task_key(r.task) for r in self.runs if r.finished}),
             "orchestrator_steps": self.orchestrator_steps,
             "critical_steps": self.critical_steps,
             "runs": [asdict(r) for r in self.runs],

@@ -3,8 +3,10 @@
 r_parallel (instantiation) pays for assigning sub-agent work at all, against serial collapse
 (an orchestrator that stops delegating because sub-agent feedback is sparse); r_finish (the share
 of assigned runs that finished) against spawn farming (many useless sub-agents). Kimi does not
-publish either closed form; ours: r_parallel = min(assigned, cap) / cap and r_finish =
-finished / assigned (0 when nothing was assigned). Both weights anneal to 0 (`anneal_to_zero`), so
+publish either closed form; ours: r_parallel = min(distinct, cap) / cap and r_finish =
+distinct_finished / assigned (0 when nothing was assigned), where `distinct` counts assignments of different
+task text: padding with repeats of one easy task raises neither (a repeat lowers r_finish as an unfinished run
+would). Both weights anneal to 0 (`anneal_to_zero`), so
 late in training only the outcome pays; a third-party reproduction whose lambda never annealed
 farmed spawns while F1 fell. Terms read the swarm summary a harness puts in
 `outcome.info["swarm"]` (`harness/swarm.py`); critical steps come from the recorded call tree.
@@ -28,12 +30,14 @@ def swarm_summary(episode: Episode) -> dict:
 
 
 def r_parallel(episode: Episode, cap: int = 4) -> float:
-    return min(swarm_summary(episode).get("assigned", 0), cap) / cap
+    summary = swarm_summary(episode)
+    return min(summary.get("distinct", summary.get("assigned", 0)), cap) / cap
 
 
 def r_finish(episode: Episode) -> float:
-    summary = swarm_summary(episode)
-    return summary.get("finished", 0) / summary["assigned"] if summary.get("assigned") else 0.0
+    summary = swarm_summary(episode)  # a summary written before `distinct` existed counts every run
+    finished = summary.get("distinct_finished", summary.get("finished", 0))
+    return finished / summary["assigned"] if summary.get("assigned") else 0.0
 
 
 def parl_reward(
@@ -52,8 +56,8 @@ def parl_reward(
 
 def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: int = 0) -> dict[str, float]:
     """`swarm/*` metrics of a batch: spawn_rate (share of episodes that assigned sub-agent work),
-    assigned and unfinished per episode, finish_rate (over all runs), critical and total steps per
-    episode, and the lambdas at `step`."""
+    assigned, unfinished and repeated (runs beyond the distinct task texts) per episode, finish_rate (over all
+    runs), critical and total steps per episode, and the lambdas at `step`."""
     summaries = [swarm_summary(e) for e in episodes]
     assigned = [s.get("assigned", 0) for s in summaries]
     finished = [s.get("finished", 0) for s in summaries]
@@ -62,6 +66,7 @@ def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: i
         "swarm/spawn_rate": sum(a > 0 for a in assigned) / n,
         "swarm/assigned": sum(assigned) / n,
         "swarm/unfinished": (sum(assigned) - sum(finished)) / n,
+        "swarm/repeated": sum(a - s.get("distinct", a) for a, s in zip(assigned, summaries)) / n,
         "swarm/finish_rate": sum(finished) / sum(assigned) if sum(assigned) else 0.0,
         "swarm/critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
         "swarm/total_steps": sum(len(e.calls) for e in episodes) / n,

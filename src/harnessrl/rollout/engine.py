@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harnessrl.gateway import GatewayClient
+from harnessrl.gateway import GatewayClient, GatewayError
 from harnessrl.harness import Harness
 from harnessrl.rewards import Reward
 from harnessrl.rollout.ray_backend import WorkerDied, WorkerSetupError
@@ -99,23 +99,40 @@ class RolloutEngine:
         episode_id, key = await self.gateway.create_episode(task)
         try:
             outcome = await asyncio.wait_for(self._run(task, key), self.config.episode_timeout)
-            return await self.gateway.finish(episode_id, outcome)
+            return await self._finish(episode_id, task, outcome)
         except WorkerSetupError:  # every episode would fail alike: stop, naming why
             raise
         except WorkerDied as exc:
             self.counts["worker_deaths"] += 1
             if retry:  # this attempt's episode is deleted below: its partial calls are never trained on
                 return None
-            return await self.gateway.finish(episode_id, failure_reason=str(exc))
+            return await self._finish(episode_id, task, failure_reason=str(exc))
         except TimeoutError:
             self.counts["timeouts"] += 1
-            return await self.gateway.finish(
-                episode_id, failure_reason=f"timeout after {self.config.episode_timeout} s"
-            )
+            return await self._finish(episode_id, task, failure_reason=f"timeout after {self.config.episode_timeout} s")
         except Exception as exc:  # the harness's bug is a failed episode with its reason
-            return await self.gateway.finish(episode_id, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
+            return await self._finish(episode_id, task, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
         finally:
-            await self.gateway.delete(episode_id)
+            try:
+                await self.gateway.delete(episode_id)
+            except GatewayError as exc:
+                if exc.status != 404:  # 404: a session TTL expired it (below)
+                    raise
+
+    async def _finish(self, episode_id: str, task: Task, outcome=None, failure_reason: str | None = None) -> Episode:
+        """The gateway's record of the finished episode. A session TTL that expired it while the harness was idle
+        has ended it already (409: its record, failed as expired) or, where the gateway keeps a trace store, moved
+        it there (404: a failed episode without its calls, saying so): one lost episode never stops a run."""
+        try:
+            return await self.gateway.finish(episode_id, outcome, failure_reason)
+        except GatewayError as exc:
+            if exc.status not in (404, 409):
+                raise
+            self.counts["expired"] = self.counts.get("expired", 0) + 1
+            if exc.status == 409:
+                return await self.gateway.episode(episode_id)
+            why = f"gone from the gateway (a session TTL expired it?) when the harness ended ({failure_reason or 'finished'})"
+            return Episode(id=episode_id, task=task, status="failed", failure_reason=why)
 
     def close(self) -> None:
         """Stop the Ray workers (nothing to do for the local backend)."""
