@@ -1,12 +1,14 @@
-"""`--vllm-url` that names no vLLM server is refused, naming the URL and what it answered (no vLLM
-needed: a real HTTP server on 127.0.0.1 stands in for a misconfigured one)."""
+"""`--vllm-url` that names no vLLM server is refused, naming the URL and what it answered; two policies on one
+sync folder write apart (no vLLM needed: a real HTTP server on 127.0.0.1 stands in for one that lists a model)."""
 
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 
+from harnessrl.policy import Policy
 from tests.conftest import cli
 
 
@@ -20,6 +22,34 @@ class _Refuses(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _Lists(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps({"data": [{"id": "tiny"}]}).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_policies_sharing_a_sync_folder_write_apart_and_clean_up(tmp_path):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Lists)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        one, two = (Policy.load("tiny", vllm_url=url, sync_dir=tmp_path) for _ in range(2))
+        assert one.engine.sync_dir.parent == two.engine.sync_dir.parent == tmp_path
+        assert one.engine.sync_dir != two.engine.sync_dir and one.engine.sync_dir.is_dir()
+        (one.engine.sync_dir / "v1").mkdir()  # a synced version
+        one.close()
+        assert not one.engine.sync_dir.exists() and two.engine.sync_dir.is_dir()
+        two.close()
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        server.shutdown()
 
 
 def test_a_url_that_is_no_vllm_model_list_is_refused_naming_it():

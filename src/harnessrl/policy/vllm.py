@@ -12,8 +12,9 @@ server must run with
   top-p distribution actually sampled from, which is what `Call.sampled_logprobs` means), our
   end-of-turn ids as `stop_token_ids`, and `cache_salt: harnessrl-v{version}`, so prefix-cache
   entries computed by older weights are never reused;
-- weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/vN` (a
-  folder the server sees), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
+- weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/RUN/vN` (a
+  folder the server sees; RUN is this engine's own, `run-PID-XXXXXXXX`, so runs sharing a `sync_dir` never
+  load each other's weights; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
 - verification of every sync: the server's per-tensor weight checksums (POST /weight_checker) must
   change when the weights changed (a sync that silently did not happen fails here), and the prompt
   logprobs of a fixed probe sequence from vLLM must match the trainer's weights computed here within
@@ -26,8 +27,10 @@ The gateway, its token-exact recording and the trainer are unchanged: this engin
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
+import uuid
 from pathlib import Path
 
 import httpx
@@ -50,14 +53,15 @@ class VLLMEngine:
     ):
         # the server's root: an OpenAI base URL ending in /v1 is what users copy, and would ask /v1/v1/...
         self.url, self.model, self.eos_ids = url.rstrip("/").removesuffix("/v1"), model, sorted(eos_ids)
-        self.sync_dir, self.tolerance, self.timeout = Path(sync_dir), tolerance, timeout
-        self.sync_dir.mkdir(parents=True, exist_ok=True)
+        self.tolerance, self.timeout = tolerance, timeout
+        self.sync_dir = Path(sync_dir) / f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.version = 0
         self.context = model.config.max_position_embeddings
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self._lock = threading.Lock()
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self.served_name = self._served()  # the model the server was started with
+        self.sync_dir.mkdir(parents=True, exist_ok=True)
         self.sync_seconds: list[float] = []
 
     def _served(self) -> str:
@@ -175,6 +179,7 @@ class VLLMEngine:
 
     def close(self) -> None:
         self._http.close()
+        shutil.rmtree(self.sync_dir, ignore_errors=True)  # the server keeps the weights it loaded
 
 
 def _completion(choice: dict, version: int, params: SamplingParams) -> Completion:
