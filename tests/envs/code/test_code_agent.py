@@ -40,6 +40,10 @@ def test_tools_answer_bad_calls_with_reasons(task, tmp_path):  # noqa: F811
     ]
     edit = '{"path": "pipe.py", "search": "", "replace": "x"}'
     assert "pipe.py is not a regular file" in asyncio.run(run.tools.call("edit_file", edit))[0]
+    (run.workspace / "big.py").write_text("PATH = 1\n" * 40000)  # 360,000 bytes: read whole, it costs memory
+    assert run.search_code("PATH") == "no matches"
+    read = asyncio.run(run.tools.call("read_file", '{"path": "big.py"}'))[0]
+    assert "big.py: 360000 bytes, over the 262144 a file may have" in read
     for bad in ("../../etc/passwd", "/etc/passwd"):
         try:
             run._path(bad)

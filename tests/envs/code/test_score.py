@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.envs.code.score import changes, score, shadows
+from harnessrl.envs.code.score import MAX_DIFF_CHARS, MAX_FILE_BYTES, changes, score, shadows
 from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, load_task, load_tasks
 
 BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
@@ -150,6 +150,20 @@ def test_added_modules_that_shadow_installed_ones_and_special_files_are_dropped(
     }
     assert shadows("calc.py", task[1] / "repo") is None  # the repo's own module, whatever is installed
     assert score(*task, ws).fraction == 1.0  # the honest part of the change still counts
+
+
+def test_oversized_files_and_diffs_are_dropped_and_the_fix_still_counts(task, tmp_path):
+    # what the agent's code may write while its tests run: one huge file, then many files of a sizeable diff
+    files = {"cache/blob.txt": "x" * (MAX_FILE_BYTES + 1)}
+    files |= {f"zz/{i:03}.txt": "y\n" * 5000 for i in range(MAX_DIFF_CHARS // 10000 + 5)}  # 10,000 diff chars each
+    found = changes(task[1] / "repo", workspace(task, tmp_path, FIXED, files))
+    assert (
+        found.dropped["cache/blob.txt"]
+        == f"added: {MAX_FILE_BYTES + 1} bytes, over the {MAX_FILE_BYTES} a file may have"
+    )
+    cut = [p for p, why in found.dropped.items() if why == f"added: the diff passed {MAX_DIFF_CHARS} characters"]
+    assert len(cut) >= 5 and len(found.diff) <= MAX_DIFF_CHARS and found.applied["calc.py"] == "modified"
+    assert score(*task, tmp_path / "ws").fraction == 1.0
 
 
 def test_symlinked_module_is_not_followed(task, tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 import openai
 
 from harnessrl.envs.code import sandbox
-from harnessrl.envs.code.score import python_argv, regular_files, score
+from harnessrl.envs.code.score import python_argv, regular_files, score, too_big
 from harnessrl.envs.code.tasks import load_task
 from harnessrl.harness import Toolbox
 from harnessrl.types import Outcome, Task
@@ -98,7 +98,7 @@ class _Run:
         hits = [
             f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}"
             for p in regular_files(self.workspace)
-            if p.suffix == ".py"
+            if p.suffix == ".py" and not too_big(p)
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1)
             if regex.search(line)
         ]
@@ -197,6 +197,8 @@ class _Run:
             raise ValueError(f"{path} is outside the project")
         if must_exist and not target.is_file():
             raise FileNotFoundError(f"{path}: no such file (list_files shows them)")
+        if target.is_file() and (why := too_big(target)):
+            raise ValueError(f"{path}: {why}")
         if target.exists() and not target.is_file():  # a folder, or a FIFO the agent's code made: never opened
             raise ValueError(f"{path} is not a regular file")
         return target

@@ -88,6 +88,8 @@ def pytest_sessionfinish(session, exitstatus):
 '''
 INI = "[pytest]\naddopts = -p no:cacheprovider\n"
 OUTCOMES = {"passed", "failed", "skipped", "error"}
+MAX_FILE_BYTES = 256 * 1024  # a workspace file the tools read and scoring applies (difflib is quadratic)
+MAX_DIFF_CHARS = 200_000  # the diff an outcome keeps (twice: answer and info); changes past it are dropped
 MARK = "HARNESSRL-REPORT "
 
 
@@ -123,16 +125,18 @@ class Score:
 
 
 def changes(pristine: Path, workspace: Path) -> Changes:
-    """What the agent changed, split into what scoring applies and what it drops (tests, config, links)."""
+    """What the agent changed, split into what scoring applies and what it drops (tests, config, links, a file over
+    MAX_FILE_BYTES, changes past MAX_DIFF_CHARS of diff: the agent's code can write anything while tests run)."""
     result = Changes()
     before, after = _files(pristine), _files(workspace)
-    diff = []
+    diff: list[str] = []
+    chars = 0
     for path in sorted(set(before) | set(after)):
         old, new = before.get(path), after.get(path)
         if new is not None and (odd := _not_regular(new)):
             result.dropped[path] = odd
             continue
-        if old is not None and new is not None and old.read_bytes() == new.read_bytes():
+        if old is not None and new is not None and _same(old, new):
             continue
         kind = "added" if old is None else "deleted" if new is None else "modified"
         if TEST_PATH.search(path):
@@ -141,9 +145,18 @@ def changes(pristine: Path, workspace: Path) -> Changes:
         if kind == "added" and (shadowed := shadows(path, pristine)):
             result.dropped[path] = f"added: shadows the installed module {shadowed!r}"
             continue
+        if new is not None and (why := too_big(new)):
+            result.dropped[path] = f"{kind}: {why}"
+            continue
+        lines = [line if line.endswith("\n") else line + "\n" for line in
+                 difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")]  # fmt: skip
+        chars += sum(map(len, lines))
+        if chars > MAX_DIFF_CHARS:
+            result.dropped[path] = f"{kind}: the diff passed {MAX_DIFF_CHARS} characters"
+            continue
         result.applied[path] = kind
-        diff += difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")
-    result.diff = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+        diff += lines
+    result.diff = "".join(diff)
     return result
 
 
@@ -262,6 +275,16 @@ def _not_regular(path: Path) -> str | None:
     """Why a workspace path is not read (a link, or a FIFO, socket or device, whose read could block), or None."""
     mode = os.lstat(path).st_mode
     return "symlink" if stat.S_ISLNK(mode) else None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def too_big(path: Path) -> str | None:
+    """Why a regular file is too big to read (over MAX_FILE_BYTES), or None."""
+    size = path.stat().st_size
+    return f"{size} bytes, over the {MAX_FILE_BYTES} a file may have" if size > MAX_FILE_BYTES else None
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
 
 
 def regular_files(root: Path) -> list[Path]:
