@@ -235,8 +235,11 @@ class Swarm:
             raise RuntimeError("assign sub-agent tasks through Swarm.execute(response), which knows the parent call")
         out: list[str | None] = [None] * len(pairs)
         todo = []
+        steps = self._steps_left()
         for i, (agent, task) in enumerate(pairs):
-            if agent not in self.agents:
+            if not steps:
+                out[i] = f"error: the critical-step budget ({self.limits.max_critical_steps}) leaves sub-agents no step"
+            elif agent not in self.agents:
                 out[i] = f"error: no sub-agent {agent!r}; create_subagent first" + (
                     f" (have: {', '.join(self.agents)})" if self.agents else ""
                 )
@@ -247,13 +250,18 @@ class Swarm:
                 self.runs.append(run)
                 stage.append(run)
                 todo.append((i, run))
-        done = await asyncio.gather(*(self._run(run, parent) for _, run in todo))
+        done = await asyncio.gather(*(self._run(run, parent, steps) for _, run in todo))
         for (i, _), text in zip(todo, done):
             out[i] = text
         return [o or "" for o in out]
 
-    async def _run(self, run: SubAgentRun, parent: str) -> str:
-        limit = self.limits.max_subagent_steps
+    def _steps_left(self) -> int:
+        """A sub-agent run's step limit now: `max_subagent_steps`, and no more than the critical-step budget leaves
+        after the reply that assigns it (a stage costs 1 + its longest run), so no reply overshoots the budget."""
+        budget, limit = self.limits.max_critical_steps, self.limits.max_subagent_steps
+        return limit if budget is None else max(0, min(limit, budget - self.critical_steps - 1))
+
+    async def _run(self, run: SubAgentRun, parent: str, limit: int) -> str:
         assignment = Assignment(run.agent, self.agents[run.agent], run.task, run.lineage, limit)
         metadata = {"agent": run.agent, "lineage": run.lineage, "parent": parent}
         llm = BoundLLM(self.llm, self.model, metadata, limit)
