@@ -156,9 +156,12 @@ def test_checkpoint_resolution(tmp_path):
     step = tmp_path / "run" / "checkpoints" / "step-000007"
     step.mkdir(parents=True)
     (step / "config.json").write_text("{}")
+    (step / "trainer_state.pt").write_bytes(b"")  # a complete checkpoint
     (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000007")
     for given in (tmp_path / "run", tmp_path / "run" / "checkpoints", step):
         assert resolve_checkpoint(str(given)) == str(step)
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000009")  # killed before step 9 was whole
+    assert resolve_checkpoint(str(tmp_path / "run")) == str(step)
     # a job's kept checkpoint (best/) wins over its newest one, as an SFT run's final weights do
     (tmp_path / "run" / "best").mkdir()
     (tmp_path / "run" / "best" / "config.json").write_text("{}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from pydantic import ValidationError
 from safetensors.torch import load_file
 
 from harnessrl.envs.search.data import synthetic
@@ -222,6 +223,10 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     done = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "r")
     assert done.exit_code == 2 and "data.corpus and data.tasks go together" in done.stderr, done.output
     assert not (tmp_path / "r").exists()
+    for bad, field in [({"sft": {"batch_episodes": 0}}, "sft.batch_episodes"), ({"sft": {"lr": 0}}, "sft.lr"),
+                       ({"eval_tasks": -5}, "eval_tasks")]:  # fmt: skip
+        with pytest.raises(ValidationError, match=field):  # at load, not after the demonstrations
+            JobConfig.model_validate(bad)
     assert cli("make-corpus", tmp_path / "data").exit_code == 0
     tasks = (tmp_path / "data" / "tasks.jsonl").read_text().splitlines()
     (tmp_path / "data" / "tasks.jsonl").write_text("\n".join(tasks[:-1]) + "\n" + tasks[-1][:25])  # a cut last line
@@ -427,9 +432,10 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     # the run's validation split as an earlier harnessrl drew it: the resumed run keeps validating on it
     records = (out / "validation.jsonl").read_text().splitlines()
     started_with = sorted(json.loads(x)["task"]["id"] for x in demos.splitlines())[:2]
-    (out / "validation.jsonl").write_text(
-        "".join(json.dumps({**json.loads(r), "tasks": started_with}) + "\n" for r in records)
+    (out / "validation.jsonl").write_text(  # and a record a kill cut short
+        "".join(json.dumps({**json.loads(r), "tasks": started_with}) + "\n" for r in records) + '{"update": 2, "su'
     )
+    (out / "best").replace(out / ".best.old")  # killed while best/ was being replaced: the old one comes back
     with open(out / "sft" / "metrics.jsonl", "a") as f:  # a step logged after the last checkpoint, and one cut short
         f.write(json.dumps({"step": 2, "loss/sft": 9.0}) + '\n{"step": 3, "lo')
     done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
@@ -443,6 +449,7 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     validated = [json.loads(x) for x in (out / "validation.jsonl").read_text().splitlines()]
     assert [r["update"] for r in validated] == [0, 1, 2]  # nothing validated twice
     assert all(sorted(r["tasks"]) == started_with for r in validated)
+    assert (out / "best" / "chosen.json").is_file() and not (out / ".best.old").exists()
     bad = cli("train", tmp_path / "job.yaml", "--resume", out)
     assert bad.exit_code == 2 and "--resume" in bad.stderr
     # a fresh run into the folder, with a config that now differs from the folder's, is refused

@@ -209,9 +209,27 @@ def test_resume_continues_exactly(fresh_policy, tmp_path, lora):
     assert resumed.resume(latest_checkpoint(tmp_path / "ck")) == {"position": 1} and resumed.step == 1
     for _ in range(2):
         last = resumed.rl_step(groups)
-    assert last["step"] == 3 and last["optim/lr"] == straight.scheduler.get_last_lr()[0]
+    assert last["step"] == 3 and last["optim/lr"] == straight.optimizer.param_groups[0]["initial_lr"] * _lr_factor(
+        config
+    )(2)
     for (name, a), b in zip(straight.plain_state().items(), resumed.plain_state().values()):
         assert torch.equal(a, b), name
+
+
+def test_a_resume_trains_at_this_configs_rate_and_logs_the_rate_each_step_used(fresh_policy, tmp_path):
+    groups = sampled_groups(fresh_policy)
+    first = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, warmup_steps=2))
+    assert first.rl_step(groups)["optim/lr"] == pytest.approx(5e-4)  # warm-up step 1 of 2 trains at half the rate
+    first.save(tmp_path / "ck")
+    config = TrainConfig(lr=5e-2, warmup_steps=2, betas=(0.8, 0.9), weight_decay=0.1)
+    resumed = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    resumed.resume(latest_checkpoint(tmp_path / "ck"))
+    group = resumed.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (pytest.approx(5e-2), (0.8, 0.9), 0.1)
+    assert resumed.rl_step(groups)["optim/lr"] == pytest.approx(5e-2)  # step 2: warmed up, at the new rate
+    adapters = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lora=LoraConfig(r=4)))
+    with pytest.raises(ValueError, match="the checkpoint trained lora None, this config asks lora"):
+        adapters.resume(latest_checkpoint(tmp_path / "ck"))
 
 
 @pytest.mark.parametrize(("precision", "gap"), [("fp32", 1e-4), ("bf16", 1e-2)])
@@ -414,3 +432,13 @@ def test_each_schedule_warms_up_then_holds_or_decays_to_zero_at_total_steps():
     assert factors("linear") == warm + [round(1 - p / 10, 4) for p in range(11)]
     assert factors("cosine")[2:] == [round(0.5 * (1 + math.cos(math.pi * p / 10)), 4) for p in range(11)]
     assert factors("wsd") == warm + [1.0] * 9 + [0.5, 0.0]  # held to progress 0.8, then linear to 0 at 1.0
+
+
+def test_forget_after_keeps_the_steps_up_to_a_checkpoint_and_no_empty_log(fresh_policy, tmp_path):
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(), run_dir=tmp_path)
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')  # a kill cut the last line short
+    trainer.forget_after(1)
+    assert log.read_text() == '{"step": 1}\n'
+    trainer.forget_after(0)  # killed before the first checkpoint: no log, which `report` reads as no update yet
+    assert not log.exists()

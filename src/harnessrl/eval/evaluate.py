@@ -56,6 +56,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy.sources import PRESETS, SHIPPED
 from harnessrl.rewards import Reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.types import Call, Episode, Task, read_jsonl
 
 ADMIN = "harnessrl-eval-admin"
@@ -153,7 +154,8 @@ def resolve_checkpoint(checkpoint: str) -> str:
     path = Path(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')")
-    candidates = [path, path / "model", path / "best", _latest(path), _latest(path / "checkpoints")]
+    # the step `latest` names, or the newest complete one where a kill left `latest` naming none
+    candidates = [path, path / "model", path / "best", latest_checkpoint(path), latest_checkpoint(path / "checkpoints")]
     for candidate in candidates:
         if candidate is not None and (candidate / "config.json").is_file():
             return str(candidate)
@@ -161,11 +163,6 @@ def resolve_checkpoint(checkpoint: str) -> str:
         f"--checkpoint {checkpoint}: no model folder: looked for config.json in it, in model/, "
         "in best/, and in the step named by latest or checkpoints/latest"
     )
-
-
-def _latest(root: Path) -> Path | None:
-    pointer = root / "latest"
-    return root / pointer.read_text().strip() if pointer.is_file() else None
 
 
 # ---- per-episode metrics ------------------------------------------------------------------------

@@ -58,8 +58,8 @@ class SFTConfig(_Strict):
     # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; docs/search-history.md, "The
     # default since 2026-12-05"), for ~170 s more SFT
     steps: int = Field(default=230, ge=0, description="0 skips the warm start")
-    batch_episodes: int = 8
-    lr: float = 1e-3
+    batch_episodes: int = Field(default=8, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
     schedule: Literal["constant", "linear", "cosine", "wsd"] = Field(
         default="cosine",
         description="the learning rate over `steps` after a warm-up of min(5, steps / 10): cosine and linear decay to 0 "
@@ -247,7 +247,11 @@ class JobConfig(_Strict):
         default="auto",
         description="train LoRA adapters (rl.train.lora's settings) in SFT and RL; auto: when rl.train.lora is set or the model has over 50M parameters",
     )
-    seed: int = 0
+    seed: int = Field(
+        default=0,
+        description="the job's randomness: the tiny model's init, validation split, demonstrations, SFT and RL batch "
+        "order, the trainers' seed (rl.train.seed is set to it) and the sampling streams",
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
@@ -262,7 +266,7 @@ class JobConfig(_Strict):
         description="tokens of finished replies' KV cache the embedded engine keeps, so an agent's next turn is "
         "prefilled from where its last one ended (0 = off; engine.py)",
     )
-    eval_tasks: int | None = Field(default=None, description="cap on held-out tasks (None = all)")
+    eval_tasks: int | None = Field(default=None, ge=1, description="cap on held-out tasks (None = all)")
     budget_seconds: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
         default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update (as slow as the "

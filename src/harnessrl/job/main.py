@@ -60,7 +60,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer, lora_for, precision
-from harnessrl.train.checkpoint import latest_checkpoint
+from harnessrl.train.checkpoint import latest_checkpoint, write_atomic
 from harnessrl.types import Episode, Task, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     seconds = json.loads((source / "phases.json").read_text()) if (source / "phases.json").is_file() else {}
     phases = out / "phases.json"
     done = json.loads(phases.read_text()) if phases.is_file() else {}
-    phases.write_text(json.dumps({k: seconds[k] for k in WARM_START_PHASES if k in seconds} | done, indent=1))
+    write_atomic(phases, json.dumps({k: seconds[k] for k in WARM_START_PHASES if k in seconds} | done, indent=1))
     return asyncio.run(_Job(config, out, progress).run())
 
 
@@ -264,7 +264,7 @@ class _Job:
         result = await work()
         if name not in self.seconds:
             self.seconds[name] = time.perf_counter() - started
-            (self.out / "phases.json").write_text(json.dumps(self.seconds, indent=1))
+            write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
         return result
 
     async def _demos(self, agent: SearchAgent, reward, train) -> list[Episode]:
@@ -295,6 +295,7 @@ class _Job:
             warmup_steps=min(5, cfg.steps // 10),
             precision=cfg.precision,
             lora=self.lora,
+            seed=self.config.seed,
         )
         trainer = Trainer(
             self.policy.model,
@@ -309,6 +310,8 @@ class _Job:
             trainer.resume(latest)
         else:
             trainer.forget_after(0)  # a start that stopped before its first checkpoint
+        if not any(c.trainable and c.completion_ids for e in demos for c in e.calls):
+            raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on")
         rng = random.Random(f"{self.config.seed}:{trainer.step}")
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")
@@ -316,6 +319,8 @@ class _Job:
                 metrics = await asyncio.to_thread(
                     trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
                 )
+                if "loss/sft" not in metrics:  # a batch without a token to train on: no step, another batch
+                    continue
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
                     trainer.save(checkpoints)
@@ -357,7 +362,7 @@ class _Job:
         and saved) at the first update after which one more update as slow as the slowest so far, a validation and the
         eval after would not fit (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
         cfg, started = self.config.rl, time.perf_counter()
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora, "seed": self.config.seed}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
         checkpoints = self.out / "checkpoints"
         done = 0
@@ -436,6 +441,7 @@ class _Job:
 
     async def _validate(self, update: int, harness, trainer: Trainer) -> None:
         """Validation score of the current weights; they go to best/ when no earlier update beat them."""
+        self._mend_best()
         records = self._validation_records()
         if not self.validation or any(r["update"] == update for r in records):
             return
@@ -449,8 +455,12 @@ class _Job:
             shutil.rmtree(tmp, ignore_errors=True)
             await asyncio.to_thread(trainer.write_model, tmp)
             (tmp / "chosen.json").write_text(json.dumps({"update": update, "validation": score}))
-            shutil.rmtree(self.out / "best", ignore_errors=True)
+            old = self.out / ".best.old"  # the previous choice stays whole until the new one is in place
+            shutil.rmtree(old, ignore_errors=True)
+            if (self.out / "best").exists():
+                (self.out / "best").replace(old)
             tmp.replace(self.out / "best")
+            shutil.rmtree(old, ignore_errors=True)
         record = {
             "update": update,
             self.VALIDATION_METRIC: score,
@@ -466,9 +476,27 @@ class _Job:
 
     def _validation_records(self) -> list[dict]:
         """validation.jsonl: one record per validated update ({update, success, episodes, tasks, seconds, scores,
-        p_above_update_0, eligible})."""
+        p_above_update_0, eligible}). A last line a kill cut short is dropped from the file (that update is
+        validated again); a bad line elsewhere is an error naming it."""
         path = self.out / "validation.jsonl"
-        return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        lines = path.read_text().splitlines(keepends=True) if path.is_file() else []
+        if lines and not lines[-1].endswith("\n"):
+            log.warning("%s: dropping a last line cut short (%d characters)", path, len(lines[-1]))
+            lines = lines[:-1]
+            write_atomic(path, "".join(lines))
+        records = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {number}: not JSON ({exc.msg})") from None
+        return records
+
+    def _mend_best(self) -> None:
+        """A kill between moving best/ aside and putting the new one in place: the previous choice comes back."""
+        old, best = self.out / ".best.old", self.out / "best"
+        if old.exists() and not best.exists():
+            old.replace(best)
 
     async def _validation_scores(self, harness, tasks: list[Task]) -> dict[str, list[float]]:
         """Each validation task's scores, one an episode (success; the swarm job's item-F1)."""
@@ -476,6 +504,7 @@ class _Job:
 
     def _load_best(self) -> dict:
         """Serve the chosen weights (best/); without validation, the last ones."""
+        self._mend_best()
         chosen = self.out / "best" / "chosen.json"
         if not chosen.is_file():
             return {"update": self.rl_updates, "validation": None}

@@ -184,6 +184,7 @@ class Trainer:
         stats, grad_norms = _Stats(), []
         for n, part in enumerate(prepared):  # the train/sample gap and staleness: on the first step, before any change
             grad_norms.append(self._descend(*part, rl=rl, stats=stats, version=version if n == 0 else -1))
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate this update trained at (the scheduler then sets the next)
         self.scheduler.step()
         self.step += 1
         new_version = self.push()
@@ -198,7 +199,7 @@ class Trainer:
             "perf/bf16": int(self.precision == "bf16"),
             "optim/grad_norm": sum(grad_norms) / len(grad_norms),
             "optim/steps": len(prepared),
-            "optim/lr": self.scheduler.get_last_lr()[0],
+            "optim/lr": lr,
             "perf/step_seconds": seconds,
             "perf/tokens": sum(len(s) for s in sequences),
             "perf/loss_tokens": sum(s.loss_tokens for s in sequences),
@@ -328,18 +329,36 @@ class Trainer:
     def resume(self, path: Path) -> dict[str, Any]:
         """Restore weights, optimizer, schedule, step and RNG from a checkpoint; returns its data cursor."""
         state = load_state(path)
+        saved, lora = state.get("config", {}).get("lora"), self.config.lora
+        if (saved or None) != (lora.model_dump() if lora else None):  # the trained weights would not fit
+            raise ValueError(f"{path}: the checkpoint trained lora {saved}, this config asks lora {lora}: resume "
+                             "with the config it was trained with, or start a new run")  # fmt: skip
         named = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, value in state["trainable"].items():
                 named[name].copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self._configured_hyperparameters(state.get("config", {}))
         self.step = state["step"]
         self.forget_after(self.step)
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         self.push()
         return state["cursor"]
+
+    def _configured_hyperparameters(self, saved: dict[str, Any]) -> None:
+        """After loading a checkpoint's optimizer and schedule: this config's learning rate, schedule, betas and weight
+        decay, not the checkpoint's (a resume may change them; each change is logged)."""
+        cfg = self.config
+        now = cfg.model_dump()
+        for key in ("lr", "schedule", "warmup_steps", "total_steps", "betas", "weight_decay"):
+            if key in saved and saved[key] != now[key]:
+                log.info("resume: %s %s -> %s (this config's)", key, saved[key], now[key])
+        self.scheduler.base_lrs = [cfg.lr] * len(self.optimizer.param_groups)
+        factor = _lr_factor(cfg)(self.scheduler.last_epoch)
+        for group in self.optimizer.param_groups:
+            group.update(initial_lr=cfg.lr, lr=cfg.lr * factor, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
     def forget_after(self, step: int) -> None:
         """Drop metrics.jsonl lines past `step` (and a line cut short): a run that stopped after its last
@@ -354,7 +373,10 @@ class Trainer:
                     kept.append(line + "\n")
             except json.JSONDecodeError:
                 pass
-        path.write_text("".join(kept))
+        if kept:
+            path.write_text("".join(kept))
+        else:  # nothing logged yet: no file, as before the first step (an empty one reads as a broken log)
+            path.unlink()
 
     def log(self, metrics: dict[str, Any]) -> None:
         if self.run_dir is not None:
