@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
+from harnessrl.eval.inspect import completion_masks
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Episode, Outcome, Task
@@ -110,6 +111,20 @@ def test_every_call_is_shown_with_the_mask_train_sequences_builds(episode, tmp_p
     first, third = episode.calls[0], episode.calls[2]
     head = len(first.prompt_ids) + len(first.completion_ids)
     assert f"prompt: {len(third.prompt_ids)} tokens, the first {head} are call 0's" in out
+
+
+def test_a_greedy_reply_shows_untrained_as_rl_treats_it(episode):
+    greedy = episode.model_copy(deep=True)
+    greedy.calls[2].temperature = 0.0  # a greedy reply: RL masks it out, SFT would not
+    masks, _ = completion_masks(greedy)
+    assert masks[0] == [1] * len(greedy.calls[0].completion_ids) and masks[2] == [0] * len(
+        greedy.calls[2].completion_ids
+    )
+    demo = greedy.model_copy(deep=True)
+    for call in demo.calls:
+        call.demonstration = True
+    masks, _ = completion_masks(demo)  # a demonstration: SFT trains every trainable call's tokens
+    assert masks[2] == [1] * len(demo.calls[2].completion_ids) and masks[1] == [0] * len(demo.calls[1].completion_ids)
 
 
 def test_colours_follow_the_mask(episode, tmp_path):

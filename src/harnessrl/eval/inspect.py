@@ -129,15 +129,18 @@ def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None
 
     Read off `episode_sequences`: a call merged into a sequence has its prompt at positions
     [0, len(prompt)) of it, so its completion's mask is the slice right after. A call whose
-    sequence was dropped (no loss token at all) has mask 0 everywhere and no sequence.
+    sequence was dropped (no loss token at all) has mask 0 everywhere and no sequence. RL trains only sampled
+    tokens (a greedy reply carries no loss, `Trainer.rl_step`); a demonstration's are SFT's, so they show as trained.
     """
     masks = [[0] * len(call.completion_ids) for call in episode.calls]
     sequence_of: list[int | None] = [None] * len(episode.calls)
     for s, seq in enumerate(episode_sequences(episode)):
         for index in seq.calls:
             call = episode.calls[index]
-            start = len(call.prompt_ids)
-            masks[index] = seq.loss_mask[start : start + len(call.completion_ids)]
+            start, end = len(call.prompt_ids), len(call.prompt_ids) + len(call.completion_ids)
+            masks[index] = seq.loss_mask[start:end]
+            if not episode.demonstrated:
+                masks[index] = [m * x for m, x in zip(masks[index], seq.sampled[start:end])]
             sequence_of[index] = s
     return masks, sequence_of
 
