@@ -35,8 +35,8 @@ def serve(
     ),
     seed: int = typer.Option(0, help="seed for building 'tiny'"),
     max_batch: int = typer.Option(64, help="most sequences decoded in one forward pass"),
-    max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="larger request bodies get 413"),
-    default_max_tokens: int = typer.Option(512, help="max_tokens when a request gives none"),
+    max_request_bytes: int = typer.Option(4 * 1024 * 1024, min=1, help="larger request bodies get 413"),
+    default_max_tokens: int = typer.Option(512, min=1, help="max_tokens when a request gives none"),
     log_level: str = typer.Option("info", help="uvicorn log level; 'info' logs every request"),
     frozen: list[str] = typer.Option(
         [],
@@ -78,6 +78,8 @@ def serve(
     from harnessrl.gateway import create_app
     from harnessrl.gateway.models import Pinned, parse_frozen
 
+    if admin_key is not None and len(admin_key) < 8:  # before any model loads
+        raise typer.BadParameter("must be at least 8 characters", param_hint="--admin-key")
     try:
         frozen_models = dict(parse_frozen(spec, tool_format, frozen_cache) for spec in frozen)
     except ValueError as exc:  # FrozenSpecError, PolicyLoadError
@@ -101,7 +103,14 @@ def serve(
         session_ttl = 3600.0 if session_ttl is None else session_ttl
     else:
         policy = _load_policy(model or "tiny", seed, max_batch, tool_format, vllm_url)
-    for served in (policy, *(m.policy for m in frozen_models.values() if isinstance(m, Pinned))):
+    pinned = [m.policy for m in frozen_models.values() if isinstance(m, Pinned)]
+    if policy.name in frozen_models:  # the name is known once the policy is loaded
+        for loaded in (policy, *pinned):
+            loaded.close()
+        raise typer.BadParameter(
+            f"{policy.name!r} is the trainable policy's name: give the frozen model another", param_hint="--frozen"
+        )
+    for served in (policy, *pinned):
         served.engine.prefix_cache = prefix_cache  # (a version the registry swaps in gets it from follow())
     if store is not None:
         from harnessrl.loop import Store

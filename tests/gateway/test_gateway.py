@@ -288,3 +288,14 @@ async def test_a_next_turn_reports_the_prompt_tokens_its_prefix_cache_reused(too
             assert cached == [0] + [len(c.prompt_ids) + len(c.completion_ids) - 1 for c in calls[:-1]]
         else:
             assert cached == [0] * 5
+
+
+async def test_a_model_is_retrieved_by_name_and_streaming_is_refused_by_name(gateway):
+    _, key = await gateway.create_episode()
+    client = gateway.openai(key)
+    assert (await client.models.retrieve("tiny")).owned_by == "harnessrl"
+    with pytest.raises(openai.NotFoundError, match="no model 'gpt-4o': this gateway serves 'tiny'"):
+        await client.models.retrieve("gpt-4o")
+    with pytest.raises(openai.BadRequestError, match="streaming is not supported") as refused:
+        await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
+    assert refused.value.body["param"] == "stream"

@@ -1,6 +1,6 @@
 """The OpenAI-compatible gateway: chat completions recorded token-exactly into episodes.
 
-Routes: POST /v1/chat/completions, GET /v1/models, GET /health, and the admin side of episodes:
+Routes: POST /v1/chat/completions, GET /v1/models[/{id}], GET /health, and the admin side of episodes:
 POST /v1/episodes, GET /v1/episodes, GET|DELETE /v1/episodes/{id}, POST /v1/episodes/{id}/finish.
 Every route but /health needs `Authorization: Bearer KEY`: the admin key, or an episode's own key
 (which reaches only its own episode). Errors are OpenAI-shaped and name the offending field.
@@ -11,8 +11,9 @@ goes to it and is recorded untrainable; anything else goes to the trainable poli
 the agent) and `parent` (the `id` of this episode's chat completion whose tool call spawned it).
 
 Production (`harnessrl serve --registry`): with a `recorder` (a durable trace store) every episode,
-call and finish is committed before the response returns, `POST /v1/episodes/{id}/feedback` records
-a user's signal for a call, and sessions idle for `session_ttl` seconds are expired (failed, counted).
+call and finish is committed before the response returns (a write it refuses is a 503, and what it
+refused is in memory neither), `POST /v1/episodes/{id}/feedback` records a user's signal for a call,
+and sessions idle for `session_ttl` seconds are expired (failed, counted; their keys get 409).
 The served policy can be swapped while requests run (`app.state.serving`, gateway/serving.py).
 
 The gateway knows the policy and episodes; it knows nothing about rewards or training.
@@ -83,6 +84,9 @@ def create_app(
 ) -> FastAPI:
     if len(admin_key) < 8:
         raise ValueError("the admin key must be at least 8 characters")
+    for name, value in (("max_request_bytes", max_request_bytes), ("default_max_tokens", default_max_tokens)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
     frozen = dict(frozen or {})
     if policy.name in frozen:
         raise ValueError(f"frozen model {policy.name!r} has the trainable policy's name")
@@ -103,10 +107,17 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # a JSON 413 (FastAPI's own is plain text)
     app.state.store, app.state.serving, app.state.frozen, app.state.recorder = store, serving, frozen, recorder
 
-    async def durably(write: Callable[[], object]) -> None:
-        """Commit to the recorder (when there is one) before the response that acknowledges it."""
-        if recorder is not None:
+    async def durably(write: Callable[[], object], what: str) -> None:
+        """Commit to the recorder (when there is one) before the response that acknowledges it. A refused write
+        is a 503 naming `what` was not recorded; the store's own message (its SQL among it) goes to the log."""
+        if recorder is None:
+            return
+        try:
             await asyncio.to_thread(write)
+        except Exception as exc:  # the recorder's errors are its own (SQLAlchemy's, OSError, ...)
+            log.error("the trace store refused to record %s: %s: %s", what, type(exc).__name__, exc)
+            message = f"the trace store refused the write: {what} was not recorded; send it again"
+            raise APIError(503, message, code="store_unavailable") from None
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -150,6 +161,9 @@ def create_app(
         if secrets.compare_digest(key.encode(), admin_key.encode()):
             return Caller(True, None)
         record = store.by_key(key)
+        if record is None and (ended := store.ended_by_key(key)) is not None:  # left memory for the trace store
+            message = f"episode {ended[0]} is {ended[1]} and no longer takes calls; create a new one"
+            raise APIError(409, message, code="episode_finished")
         if record is None:
             raise APIError(401, "invalid API key", code="invalid_api_key")
         return Caller(False, record)
@@ -171,20 +185,35 @@ def create_app(
     async def health() -> dict:
         return {"status": "ok", "model": serving.policy.name, "policy_version": serving.policy.version}
 
+    def served_models() -> list[dict]:
+        served = [(serving.policy.name, "harnessrl"), *((name, "harnessrl-frozen") for name in frozen)]
+        return [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in served]
+
     @app.get("/v1/models")
     async def models(_: Caller = Depends(caller)) -> dict:
-        served = [(serving.policy.name, "harnessrl"), *((name, "harnessrl-frozen") for name in frozen)]
-        return {
-            "object": "list",
-            "data": [{"id": name, "object": "model", "created": 0, "owned_by": owner} for name, owner in served],
-        }
+        return {"object": "list", "data": served_models()}
+
+    @app.get("/v1/models/{model_id:path}")  # a path: model names such as Qwen/Qwen3-8B hold slashes
+    async def model(model_id: str, _: Caller = Depends(caller)) -> dict:
+        served = served_models()
+        for entry in served:
+            if entry["id"] == model_id:
+                return entry
+        names = ", ".join(repr(entry["id"]) for entry in served)
+        raise APIError(
+            404, f"no model {model_id!r}: this gateway serves {names}", param="model", code="model_not_found"
+        )
 
     @app.post("/v1/episodes")
     async def create_episode(body: EpisodeCreate | None = Body(default=None), _: Caller = Depends(admin)) -> dict:
         body = body or EpisodeCreate()
         record = store.create(body.task, body.agent, body.trainable)
         policy = serving.policy
-        await durably(lambda: recorder.add_episode(record.episode, policy.name, policy.version))
+        try:
+            await durably(lambda: recorder.add_episode(record.episode, policy.name, policy.version), "the episode")
+        except APIError:
+            store.delete(record.episode.id)  # not stored, so not served: its calls would be recorded nowhere
+            raise
         return {"id": record.episode.id, "api_key": record.api_key}
 
     @app.get("/v1/episodes")
@@ -225,54 +254,57 @@ def create_app(
         deadline = time.monotonic() + finish_wait_seconds
         while record.in_flight and time.monotonic() < deadline:  # let calls still generating land first
             await asyncio.sleep(0.01)
-        if record.episode.status != "running" or record.finishing:  # finished by a concurrent request meanwhile
-            raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
-        record.finishing = True  # no await since the check: a concurrent finish gets 409 from here on
-        try:
-            # atomic: the finished episode is built, serialised and stored first, then replaces the running one
-            update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
-            finished = record.episode.model_copy(update=update)
-            line = await asyncio.to_thread(finished.model_dump_json)
-            await durably(lambda: recorder.finish(finished))
-            record.episode, record.touched = finished, time.monotonic()
-        finally:
-            record.finishing = False
+        async with record.appending:  # no call is between its append and its commit while the copy is made
+            if record.episode.status != "running" or record.finishing:  # finished by a concurrent request meanwhile
+                raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
+            record.finishing = True  # a call that ends from here on finds the episode closed (409, not recorded)
+            try:
+                # atomic: the finished episode is built, serialised and stored first, then replaces the running one;
+                # it gets its own list of calls (a shallow copy would share the running one's)
+                update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
+                finished = record.episode.model_copy(update={**update, "calls": list(record.episode.calls)})
+                line = await asyncio.to_thread(finished.model_dump_json)
+                await durably(lambda: recorder.finish(finished), "the finish")
+                record.episode, record.touched = finished, time.monotonic()
+            finally:
+                record.finishing = False
         return Response(line, media_type="application/json")
 
     @app.post("/v1/demonstrations")
     async def demonstrate(body: Demonstration, who: Caller = Depends(caller)) -> dict:
         """Record an expert's chosen reply as if the policy had sampled it (logprobs 0): SFT data
         built with exactly the prompts, template and token reuse of real rollouts."""
-        with serving.use() as policy:
-            return await demonstrated(policy, body, who)
-
-    async def demonstrated(policy: Policy, body: Demonstration, who: Caller) -> dict:
         record = who.record
         if record is None:
             raise APIError(400, "demonstrations are recorded into an episode: use its key", code="episode_key_required")
-        if record.episode.status != "running":
-            raise APIError(409, f"episode is {record.episode.status}", code="episode_finished")
+        _check_open(record)
+        record.in_flight += 1  # before any await, as a chat call: `finish` waits for it, expiry spares its episode
+        try:
+            with serving.use() as policy:
+                return await demonstrated(policy, body, record)
+        finally:
+            record.in_flight -= 1
+
+    async def demonstrated(policy: Policy, body: Demonstration, record: EpisodeRecord) -> dict:
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
         thread = (record.agent, None)
         prompt = await asyncio.to_thread(
             build_prompt, policy, body.messages, tools, record.episode.calls, record.turns, thread
         )
         completion = await asyncio.to_thread(_rendered_reply, policy, prompt.text, body.messages, body.reply, tools)
-        record.episode.calls.append(Call(
-            agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
-            policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
-            finish_reason="tool_calls" if body.reply.tool_calls else "stop", demonstration=True,
-        ))  # fmt: skip
-        record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity(), thread))
         response_id = "chatcmpl-" + secrets.token_hex(12)  # what a sub-agent it spawns names as its parent
-        index = record.responses[response_id] = len(record.episode.calls) - 1
-        await durably(
-            lambda: recorder.add_calls(record.episode.id, [(index, record.episode.calls[index], response_id)])
-        )
-        record.touched = time.monotonic()
+        async with _appending(record):
+            index = record.responses[response_id] = len(record.episode.calls)
+            record.episode.calls.append(Call(
+                agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
+                policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
+                finish_reason="tool_calls" if body.reply.tool_calls else "stop", demonstration=True,
+            ))  # fmt: skip
+            record.turns.append(Turn(prompt.identities, prompt.tools_key, prompt.text, body.reply.identity(), thread))
+            await persist(record, index, response_id, None)
         return {
             "id": response_id,
-            "call": len(record.episode.calls) - 1,
+            "call": index,
             "prompt_tokens": len(prompt.ids),
             "completion_tokens": len(completion),
         }
@@ -280,28 +312,45 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request, who: Caller = Depends(caller)) -> Response:
         record = who.record
-        if record is not None and record.episode.status != "running":
-            raise APIError(409, f"episode is {record.episode.status}; create a new one", code="episode_finished")
+        if record is None:
+            return await chat_call(body, request, None)
+        _check_open(record)
+        # counted before any await: `finish` waits for this call (up to finish_wait_seconds) and the session
+        # expiry spares its episode, from the check above to the call's commit
+        record.in_flight += 1
+        try:
+            return await chat_call(body, request, record)
+        finally:
+            record.in_flight -= 1
+
+    async def chat_call(body: ChatRequest, request: Request, record: EpisodeRecord | None) -> Response:
         place = _place(body, record)
         served = frozen.get(body.model or "")
         if isinstance(served, Proxied):
-            first = len(record.episode.calls) if record else 0
-            response = await _proxied(request, served, body, record, place)
-            await persist(record, first, None, None)
+            response, response_id, calls = await _proxied(request, served, body, place)
+            if record is not None and calls:
+                async with _appending(record):
+                    first = record.responses[response_id] = len(record.episode.calls)
+                    record.episode.calls.extend(calls)
+                    record.turns.extend(Turn([], "", "", (), place.thread) for _ in calls)  # none a later call extends
+                    await persist(record, first, response_id, None)
             return response
         with serving.use() as policy:  # this request finishes on the policy it started on, whatever is promoted
             return await complete(policy, served, place, body, request, record)
 
-    async def persist(record: EpisodeRecord | None, first: int, response_id: str | None, reflagged: int | None):
-        """Commit the calls from `first` on (and a held choice the agent went on from) before answering."""
-        if record is None:
-            return
+    async def persist(record: EpisodeRecord, first: int, response_id: str | None, reflagged: int | None) -> None:
+        """Commit the calls from `first` on (and a held choice the agent went on from) before answering; called
+        under `_appending`. Calls the store refuses are taken back out of memory, so memory and store agree and
+        the client's error (503) is for a call recorded nowhere: sending it again is safe."""
         calls = record.episode.calls
         rows = [(i, calls[i], response_id) for i in range(first, len(calls))]
         rows += [(reflagged, calls[reflagged], None)] if reflagged is not None else []
         record.touched = time.monotonic()
-        if rows:
-            await durably(lambda: recorder.add_calls(record.episode.id, rows))
+        try:
+            await durably(lambda: recorder.add_calls(record.episode.id, rows), "the call")
+        except APIError:
+            record.take_back(first, reflagged)
+            raise
 
     async def complete(policy: Policy, served, place: Place, body: ChatRequest, request: Request, record) -> Response:
         model = policy if served is None else served.policy
@@ -330,43 +379,39 @@ def create_app(
             ignore_eos=body.ignore_eos,
         )
         started = time.time()
-        if record is not None:
-            record.in_flight += 1
-        try:
-            # a pinned frozen model may answer from its cache of greedy completions
-            generation = (served or model.engine).generate(prompt_ids, params, body.n)
-            completions = await _unless_disconnected(request, generation)
-        finally:
-            if record is not None:
-                record.in_flight -= 1
+        # a pinned frozen model may answer from its cache of greedy completions
+        generation = (served or model.engine).generate(prompt_ids, params, body.n)
+        completions = await _unless_disconnected(request, generation)
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
-        reflagged = None
-        if record is not None and prompt.extends_call in record.held_choices:  # the agent kept this choice of n
-            reflagged = prompt.extends_call
-            record.episode.calls[reflagged].trainable = record.held_choices.pop(reflagged)
+        answers = [_assistant_message(model, completion, forced, body) for completion in completions]
         response_id = "chatcmpl-" + secrets.token_hex(12)
-        first = len(record.episode.calls) if record is not None else 0
-        choices = []
-        for index, completion in enumerate(completions):
-            message, finish, error = _assistant_message(model, completion, forced, body)
-            if record is not None:
-                if body.n > 1:  # siblings must not share the episode's advantage unless the agent goes on from one
-                    record.held_choices[len(record.episode.calls)] = place.trainable
-                record.responses.setdefault(response_id, len(record.episode.calls))
-                record.episode.calls.append(Call(
-                    agent=place.agent, model=place.model, lineage=place.lineage, parent_call=place.parent_call,
-                    prompt_ids=prompt_ids, completion_ids=completion.ids,
-                    sampled_logprobs=completion.logprobs, policy_version=completion.policy_version,
-                    trainable=place.trainable and body.n == 1, finish_reason=finish, extends_call=prompt.extends_call,
-                    tool_call_error=error, started_at=started, ended_at=time.time(),
-                    temperature=params.temperature, top_p=params.top_p,
-                ))  # fmt: skip
-                record.turns.append(
-                    Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity(), place.thread)
-                )
-            choices.append(_choice(model, index, message, finish, completion if body.logprobs else None))
-        await persist(record, first, response_id, reflagged)
+        if record is not None:
+            async with _appending(record):
+                reflagged = None
+                if prompt.extends_call in record.held_choices:  # the agent kept this choice of n
+                    reflagged = prompt.extends_call
+                    record.episode.calls[reflagged].trainable = record.held_choices.pop(reflagged)
+                first = record.responses[response_id] = len(record.episode.calls)
+                for completion, (message, finish, error) in zip(completions, answers):
+                    if body.n > 1:  # siblings must not share the episode's advantage unless the agent goes on from one
+                        record.held_choices[len(record.episode.calls)] = place.trainable
+                    record.episode.calls.append(Call(
+                        agent=place.agent, model=place.model, lineage=place.lineage, parent_call=place.parent_call,
+                        prompt_ids=prompt_ids, completion_ids=completion.ids,
+                        sampled_logprobs=completion.logprobs, policy_version=completion.policy_version,
+                        trainable=place.trainable and body.n == 1, finish_reason=finish,
+                        extends_call=prompt.extends_call, tool_call_error=error, started_at=started,
+                        ended_at=time.time(), temperature=params.temperature, top_p=params.top_p,
+                    ))  # fmt: skip
+                    record.turns.append(
+                        Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity(), place.thread)
+                    )
+                await persist(record, first, response_id, reflagged)
+        choices = [
+            _choice(model, index, message, finish, completion if body.logprobs else None)
+            for index, (completion, (message, finish, _)) in enumerate(zip(completions, answers))
+        ]
         completion_tokens = sum(len(c.ids) for c in completions)
         usage = {
             "prompt_tokens": len(prompt_ids),
@@ -458,9 +503,10 @@ def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
 
 
 async def _proxied(
-    request: Request, served: Proxied, body: ChatRequest, record: EpisodeRecord | None, place: Place
-) -> Response:
-    """Forward to a frozen model's own endpoint; record what it returns (its ids when it sends them)."""
+    request: Request, served: Proxied, body: ChatRequest, place: Place
+) -> tuple[Response, str | None, list[Call]]:
+    """Forward to a frozen model's own endpoint: the response, its id, and the calls to record (with the ids
+    the server sends, when it does; none when it failed or the client went away)."""
     payload = body.model_dump(mode="json", exclude_unset=True, exclude={"metadata"})
     payload.update(served.extra_body, model=served.model)
     headers = {"Authorization": f"Bearer {served.api_key}"} if served.api_key else {}
@@ -470,8 +516,6 @@ async def _proxied(
         async with httpx.AsyncClient(timeout=served.timeout) as client:
             return await client.post(f"{served.base_url}/chat/completions", json=payload, headers=headers)
 
-    if record is not None:
-        record.in_flight += 1  # `finish` waits for it, as for the policy's calls
     try:
         reply = await _unless_disconnected(request, forward())
         data = reply.json() if reply is not None else None
@@ -482,30 +526,44 @@ async def _proxied(
             "model",
             "upstream_error",
         ) from None
-    finally:
-        if record is not None:
-            record.in_flight -= 1
     if reply is None:  # the client went away (a cancelled sub-agent): nothing is recorded
-        return Response(status_code=499)
+        return Response(status_code=499), None, []
     if reply.status_code != 200:
-        return JSONResponse(data, status_code=reply.status_code)
+        return JSONResponse(data, status_code=reply.status_code), None, []
     choices = data.get("choices") if isinstance(data, dict) else None
     if not choices or not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         raise APIError(502, f"model {body.model!r}: {served.base_url} sent no choices", "model", "upstream_error")
     data["id"] = "chatcmpl-" + secrets.token_hex(12)
-    if record is not None and record.episode.status == "running":
-        record.responses[data["id"]] = len(record.episode.calls)
-        for choice in choices:
-            prompt_ids, ids, logprobs = _upstream_ids(data, choice)
-            record.episode.calls.append(Call(
-                agent=place.agent, model=body.model, lineage=place.lineage, parent_call=place.parent_call,
-                prompt_ids=prompt_ids, completion_ids=ids,
-                sampled_logprobs=logprobs, policy_version=0,
-                trainable=False, finish_reason=_finish(choice.get("finish_reason")), temperature=body.temperature,
-                top_p=body.top_p, started_at=started, ended_at=time.time(),
-            ))  # fmt: skip
-            record.turns.append(Turn([], "", "", (), place.thread))  # nothing a later call could extend
-    return JSONResponse(data)
+    calls = []
+    for choice in choices:
+        prompt_ids, ids, logprobs = _upstream_ids(data, choice)
+        calls.append(Call(
+            agent=place.agent, model=body.model, lineage=place.lineage, parent_call=place.parent_call,
+            prompt_ids=prompt_ids, completion_ids=ids,
+            sampled_logprobs=logprobs, policy_version=0,
+            trainable=False, finish_reason=_finish(choice.get("finish_reason")), temperature=body.temperature,
+            top_p=body.top_p, started_at=started, ended_at=time.time(),
+        ))  # fmt: skip
+    return JSONResponse(data), data["id"], calls
+
+
+def _check_open(record: EpisodeRecord) -> None:
+    """409 unless the episode still takes calls: not ended (finished, failed, expired) nor being finished."""
+    episode = record.episode
+    if episode.status == "running" and not record.finishing:
+        return
+    state = "expired" if episode.failure_reason == EXPIRED else "finishing" if record.finishing else episode.status
+    raise APIError(409, f"episode is {state} and takes no more calls; create a new one", code="episode_finished")
+
+
+@contextlib.asynccontextmanager
+async def _appending(record: EpisodeRecord):
+    """Held while a request appends its calls and commits them. The episode is checked again first: a finish
+    or an expiry may have ended it while the call generated, and a call never lands in an episode whose end
+    was acknowledged (it answers 409 and is recorded nowhere)."""
+    async with record.appending:
+        _check_open(record)
+        yield
 
 
 def _upstream_ids(data: dict, choice) -> tuple[list[int], list[int], list[float]]:
@@ -586,7 +644,7 @@ async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: 
         now = time.monotonic()
         for episode_id in store.ids():
             record = store.get(episode_id)
-            if record is None or record.in_flight or now - record.touched < ttl:
+            if record is None or record.in_flight or record.finishing or now - record.touched < ttl:
                 continue
             if record.episode.status == "running":
                 record.episode = record.episode.model_copy(update={"status": "failed", "failure_reason": EXPIRED})
@@ -602,7 +660,8 @@ async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: 
                                   type(exc).__name__, exc)  # fmt: skip
                         continue
                     unrecorded.discard(episode_id)
-                store.delete(episode_id)
+                how = "expired" if record.episode.failure_reason == EXPIRED else record.episode.status
+                store.forget(episode_id, how)  # its key now gets 409 "expired", not 401 "invalid API key"
 
 
 async def _episode_response(episode) -> Response:
@@ -626,10 +685,12 @@ async def _unless_disconnected(request: Request, work, poll_seconds: float = 0.0
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:
-    kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 500: "server_error"}
-    kind = kinds.get(status, "invalid_request_error")
+    kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
+    kind = kinds.get(status, "server_error" if status >= 500 else "invalid_request_error")
     error = {"message": _printable(message), "type": kind, "param": param and _printable(param), "code": code}
-    return JSONResponse({"error": error}, status_code=status)
+    # the openai client retries a 409 twice by default: an ended episode stays ended, so it is told not to
+    headers = {"x-should-retry": "false"} if code == "episode_finished" else None
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
 def _printable(text: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from harnessrl.gateway.prompts import Turn
@@ -24,12 +26,33 @@ class EpisodeRecord:
     responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
     lineage_parents: dict[str, int | None] = field(default_factory=dict)  # lineage -> the call that spawned it
     touched: float = field(default_factory=time.monotonic)  # last activity; idle past the session TTL expires it
+    # held by a request from appending its calls until they are committed: a commit the trace store refuses then
+    # takes back only that request's calls (no other request appended after them meanwhile)
+    appending: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def take_back(self, first: int, reflagged: int | None = None) -> None:
+        """Undo one request's appends: its calls from `first` on (their turns, completion ids and held
+        choices) and the held choice it made trainable (`reflagged`). What a refused commit leaves."""
+        calls = self.episode.calls
+        del calls[first:], self.turns[first:]
+        for response_id in [r for r, index in self.responses.items() if index >= first]:
+            del self.responses[response_id]
+        for index in [i for i in self.held_choices if i >= first]:
+            del self.held_choices[index]
+        if reflagged is not None:  # held again, untrainable, as before the request
+            self.held_choices[reflagged], calls[reflagged].trainable = calls[reflagged].trainable, False
+
+
+ENDED_KEYS_KEPT = 100_000  # keys of episodes the session TTL moved out of memory, remembered (about 30 MB)
 
 
 class EpisodeStore:
     def __init__(self) -> None:
         self._by_id: dict[str, EpisodeRecord] = {}
         self._by_key: dict[str, EpisodeRecord] = {}
+        # key -> (episode id, how it ended) of the latest episodes that left memory: their agents hear that it
+        # ended (409), not "invalid API key" (401, which an agent takes for a wrong configuration)
+        self._ended_keys: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.expired = 0  # sessions that sent no finish within the TTL
 
     def create(self, task: Task, agent: str = "main", trainable: bool = True) -> EpisodeRecord:
@@ -49,6 +72,18 @@ class EpisodeStore:
         if record is not None:
             self._by_key.pop(record.api_key, None)
         return record
+
+    def forget(self, episode_id: str, how: str) -> None:
+        """Drop an ended episode from memory (a trace store keeps it), remembering its key and `how` it ended."""
+        record = self.delete(episode_id)
+        if record is not None:
+            self._ended_keys[record.api_key] = (episode_id, how)
+            if len(self._ended_keys) > ENDED_KEYS_KEPT:
+                self._ended_keys.popitem(last=False)
+
+    def ended_by_key(self, api_key: str) -> tuple[str, str] | None:
+        """(episode id, how it ended) for the key of an episode that left memory, while it is remembered."""
+        return self._ended_keys.get(api_key)
 
     def ids(self) -> list[str]:
         return list(self._by_id)

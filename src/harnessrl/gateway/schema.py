@@ -191,7 +191,7 @@ class ChatRequest(_Body):
     metadata: dict[str, str] | None = Field(
         default=None, max_length=16, description="`agent` names the caller; `trainable`: 'false' freezes it"
     )
-    stream: Literal[False] = False
+    stream: bool = False  # only False: true is a 400 that says streaming is unsupported (`_no_streaming`)
     frequency_penalty: Literal[0] | None = None
     presence_penalty: Literal[0] | None = None
     logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
@@ -211,6 +211,13 @@ class ChatRequest(_Body):
         for key, value in (v or {}).items():  # OpenAI's limits
             if len(key) > 64 or len(value) > 512:
                 raise ValueError(f"metadata {key[:64]!r}: keys up to 64 characters, values up to 512")
+        return v
+
+    @field_validator("stream")
+    @classmethod
+    def _no_streaming(cls, v: bool) -> bool:
+        if v:  # an InputError, not pydantic's "Input should be False", so the agent's author learns why
+            raise InputError(("stream",), "streaming is not supported: send stream false (or leave it out)")
         return v
 
     @field_validator("stop")

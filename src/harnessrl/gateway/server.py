@@ -12,7 +12,9 @@ class BackgroundServer:
     """uvicorn on its own thread and event loop; port 0 picks a free port. Use as a context manager."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        # the app's lifespan runs (startup before `started`, shutdown on exit): it starts the session expiry
+        # and the `background=` tasks, which "off" would silently drop
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="harnessrl-gateway", daemon=True)
 
