@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from harnessrl.gateway import BackgroundServer, GatewayClient, GatewayError, create_app
 from harnessrl.gateway.models import Proxied
-from harnessrl.gateway.serving import EXPIRED
+from harnessrl.gateway.serving import DELETED, EXPIRED
 from harnessrl.loop.store import Store
 from harnessrl.types import Outcome
 from tests.conftest import ADMIN_KEY
@@ -123,6 +123,21 @@ async def test_a_call_the_store_refuses_is_taken_back_so_memory_and_store_agree(
     assert [c.trainable for c in in_memory.calls] == [False, True, True] and in_memory.calls[2].extends_call == 1
     assert store.get(episode_id).calls == in_memory.calls
     assert (await gateway.feedback(episode_id, "accepted", call=again.id))["call"] == 2
+    await gateway.aclose()
+    store.close()
+
+
+async def test_an_episode_deleted_while_running_ends_in_the_store_too(policy, tmp_path):
+    store = Store(tmp_path / "t.db")
+    gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY, recorder=store))
+    episode_id, key = await gateway.create_episode()
+    await gateway.openai(key).chat.completions.create(model="tiny", messages=HI, max_tokens=3)
+    await gateway.delete(episode_id)  # e.g. a rollout worker died and the attempt is retried
+    kept = store.get(episode_id)
+    assert (kept.status, kept.failure_reason, len(kept.calls)) == ("failed", DELETED, 1)
+    assert store.running() == 0  # not counted as a session still running forever
+    with pytest.raises(GatewayError, match="404"):
+        await gateway.delete(episode_id)
     await gateway.aclose()
     store.close()
 

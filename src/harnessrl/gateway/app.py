@@ -51,7 +51,7 @@ from harnessrl.gateway.schema import (
     NamedToolChoice,
     ToolCall,
 )
-from harnessrl.gateway.serving import EXPIRED, Recorder, RecordError, Serving
+from harnessrl.gateway.serving import DELETED, EXPIRED, Recorder, RecordError, Serving
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.types import Call
@@ -243,8 +243,14 @@ def create_app(
 
     @app.delete("/v1/episodes/{episode_id}")
     async def delete_episode(episode_id: str, _: Caller = Depends(admin)) -> dict:
-        if store.delete(episode_id) is None:
+        if (record := store.get(episode_id)) is None:
             raise APIError(404, f"no episode {episode_id!r}", param="id", code="not_found")
+        async with record.appending:  # ended first, so a call still generating answers 409 and is not recorded
+            if record.episode.status == "running":  # a trace store keeps it: ended there, not running forever
+                deleted = record.episode.model_copy(update={"status": "failed", "failure_reason": DELETED})
+                await durably(lambda: recorder.finish(deleted), "the deletion")
+                record.episode = deleted
+        store.delete(episode_id)
         return {"id": episode_id, "deleted": True}
 
     @app.post("/v1/episodes/{episode_id}/finish")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from harnessrl.policy import Policy
 
 EXPIRED = "expired: the session sent no finish within its TTL"  # an expired episode's failure_reason
+DELETED = "deleted while running"  # the failure_reason a trace store keeps for an episode deleted unfinished
 
 
 class RecordError(ValueError):
