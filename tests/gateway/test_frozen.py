@@ -83,6 +83,7 @@ async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(swarm_
         frozen = {
             "remote": Proxied(upstream.base_url + "/v1", "tiny", api_key=ADMIN_KEY),
             "dead": Proxied("http://127.0.0.1:9/v1", "x"),
+            "locked": Proxied(upstream.base_url + "/v1", "tiny", api_key="not-the-upstreams-key"),
         }
         gateway = GatewayClient(ADMIN_KEY, app=create_app(trainable, ADMIN_KEY, frozen=frozen))
         try:
@@ -93,6 +94,10 @@ async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(swarm_
             with pytest.raises(openai.APIStatusError, match="model 'dead': http://127.0.0.1:9/v1 failed") as error:
                 await _ask(llm, "dead", [{"role": "user", "content": "hello"}])
             assert error.value.status_code == 502
+            # the upstream refusing the gateway's key is not the agent's key being wrong (a 401 to the agent)
+            with pytest.raises(openai.APIStatusError, match="model 'locked': .* answered 401") as error:
+                await _ask(llm, "locked", [{"role": "user", "content": "hello"}])
+            assert error.value.status_code == 502 and error.value.body["code"] == "upstream_error"
             episode = await gateway.episode(episode_id)
         finally:
             await gateway.aclose()

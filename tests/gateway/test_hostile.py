@@ -57,6 +57,7 @@ REPRODUCTIONS = [
     ("/v1/chat/completions", _chat(seed=-9223372036854775809), "seed"),
     ("/v1/chat/completions", _chat(seed=18446744073709551615, n=2), "seed"),
     ("/v1/chat/completions", _chat(max_tokens=10**30), "max_tokens"),
+    ("/v1/chat/completions", _chat(stop=["x" * 20_000]), "stop"),  # decoded against at every step: quadratic
     ("/v1/chat/completions", _chat(temperature=float("nan")), "temperature"),
     ("/v1/chat/completions", _chat(metadata={"agent": "x" * 600}), "metadata"),
     ("/v1/chat/completions", _chat(metadata={"agent": LONE}), "metadata.agent"),

@@ -138,6 +138,8 @@ async def test_an_episode_deleted_while_running_ends_in_the_store_too(policy, tm
     assert store.running() == 0  # not counted as a session still running forever
     with pytest.raises(GatewayError, match="404"):
         await gateway.delete(episode_id)
+    with pytest.raises(openai.ConflictError, match="deleted"):  # its key: not "invalid API key"
+        await gateway.openai(key).chat.completions.create(model="tiny", messages=HI, max_tokens=3)
     await gateway.aclose()
     store.close()
 

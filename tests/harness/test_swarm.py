@@ -75,7 +75,7 @@ async def test_limits_and_budgets(swarm_gateway):
     _, key = await swarm_gateway.create_episode()
     llm = swarm_gateway.openai(key)
     swarm = Swarm(llm, worker, model="sub", limits=SwarmLimits(max_subagents=1, max_assignments=2, max_parallel=2,
-                                                               max_orchestrator_steps=5, max_critical_steps=5))  # fmt: skip
+                                                               max_orchestrator_steps=5, max_critical_steps=6))  # fmt: skip
     with pytest.raises(RuntimeError, match="through Swarm.execute"):
         await swarm.assign_task("a", "x")
     messages = [{"role": "user", "content": "go"}]
@@ -102,24 +102,24 @@ async def test_limits_and_budgets(swarm_gateway):
         call("assign_task", agent="a", task="z"),
     )
     assert [o.startswith("error") for o in outputs] == [False, False, True] and "at most 2 assignments" in outputs[2]
-    # the budget left one step for this reply's runs (5 - 3 - 1): the stage cost 2, never more
-    assert swarm.critical_steps == 5 and swarm.exhausted == "critical-step budget (5)"
+    # the budget left one step for this reply's runs (6 - 3 - 2): the stage cost 2, and one reply is left to answer
+    assert swarm.critical_steps == 5 and swarm.exhausted is None
     bad = await step(
         call("assign_tasks", assignments=[{"agent": "a"}]), call("nope"), call("assign_task", agent="a", task="w")
     )
     assert bad == ["error: assignments.0: needs exactly the keys agent and task",
                    "error: unknown tool 'nope'; available: create_subagent, assign_task, assign_tasks",
-                   "error: the critical-step budget (5) leaves sub-agents no step"]  # fmt: skip
+                   "error: the critical-step budget (6) leaves sub-agents no step"]  # fmt: skip
     assert len(swarm.runs) == 2
     assert swarm.exhausted == "orchestrator step limit (5)"
 
 
 async def test_the_critical_budget_cuts_the_runs_of_the_reply_that_would_pass_it(swarm_gateway):
-    limits = SwarmLimits(max_subagent_steps=10, max_critical_steps=4)
+    limits = SwarmLimits(max_subagent_steps=10, max_critical_steps=5)
     episode, swarm, messages = await run_scripted(swarm_gateway, tasks=1, subagent=chatterbox, limits=limits)
-    # reply 1 created the sub-agent (1 step); reply 2 costs 1, so its run may take 4 - 1 - 1 = 2, not 10
+    # reply 1 created the sub-agent (1 step); reply 2 costs 1 and the answer 1, so its run may take 2, not 10
     assert [r.steps for r in swarm.runs] == [2] and "step limit: 2 model calls" in swarm.runs[0].error
-    assert sum(c.agent == "scout" for c in episode.calls) == 2
+    assert sum(c.agent == "scout" for c in episode.calls) == 2 and swarm.critical_steps == 5  # the answer included
 
 
 async def test_a_sub_agent_model_the_gateway_does_not_serve_frozen_is_said(swarm_gateway, caplog):

@@ -224,9 +224,10 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     assert done.exit_code == 2 and "data.corpus and data.tasks go together" in done.stderr, done.output
     assert not (tmp_path / "r").exists()
     for bad, field in [({"sft": {"batch_episodes": 0}}, "sft.batch_episodes"), ({"sft": {"lr": 0}}, "sft.lr"),
-                       ({"eval_tasks": -5}, "eval_tasks")]:  # fmt: skip
+                       ({"eval_tasks": -5}, "eval_tasks"), ({"seed": 1, "rl": {"train": {"seed": 2}}}, "rl.train.seed")]:  # fmt: skip
         with pytest.raises(ValidationError, match=field):  # at load, not after the demonstrations
             JobConfig.model_validate(bad)
+    assert JobConfig.model_validate({"seed": 3}).rl.train.seed == 3  # the job's seed seeds its trainers
     assert cli("make-corpus", tmp_path / "data").exit_code == 0
     tasks = (tmp_path / "data" / "tasks.jsonl").read_text().splitlines()
     (tmp_path / "data" / "tasks.jsonl").write_text("\n".join(tasks[:-1]) + "\n" + tasks[-1][:25])  # a cut last line

@@ -84,8 +84,8 @@ def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(se
         e.failure_reason == "timeout after 1.0 s" and e.reward.total == -1.0 and e.reward.flags == ["failed"]
         for e in hang
     )
-    assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0}
-    assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0}
+    assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0, "expired": 0}
+    assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0, "expired": 0}
 
 
 @pytest.mark.parametrize("store", [False, True])

@@ -230,6 +230,14 @@ def test_a_resume_trains_at_this_configs_rate_and_logs_the_rate_each_step_used(f
     adapters = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lora=LoraConfig(r=4)))
     with pytest.raises(ValueError, match="the checkpoint trained lora None, this config asks lora"):
         adapters.resume(latest_checkpoint(tmp_path / "ck"))
+    adapters.save(tmp_path / "lora")  # the adapters' alpha and dropout may change on resume, not their rank
+    Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lora=LoraConfig(r=4, alpha=8))).resume(
+        latest_checkpoint(tmp_path / "lora")
+    )
+    with pytest.raises(ValueError, match="trained lora"):
+        Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lora=LoraConfig(r=8))).resume(
+            latest_checkpoint(tmp_path / "lora")
+        )
 
 
 @pytest.mark.parametrize(("precision", "gap"), [("fp32", 1e-4), ("bf16", 1e-2)])

@@ -250,7 +250,7 @@ def create_app(
                 deleted = record.episode.model_copy(update={"status": "failed", "failure_reason": DELETED})
                 await durably(lambda: recorder.finish(deleted), "the deletion")
                 record.episode = deleted
-        store.delete(episode_id)
+        store.forget(episode_id, "deleted")  # a late call with its key hears 409, not 401 "invalid API key"
         return {"id": episode_id, "deleted": True}
 
     @app.post("/v1/episodes/{episode_id}/finish")
@@ -534,8 +534,11 @@ async def _proxied(
         ) from None
     if reply is None:  # the client went away (a cancelled sub-agent): nothing is recorded
         return Response(status_code=499), None, []
-    if reply.status_code != 200:
-        return JSONResponse(data, status_code=reply.status_code), None, []
+    if reply.status_code == 400:  # the request itself (the agent's): its error, as the upstream words it
+        return JSONResponse(data, status_code=400), None, []
+    if reply.status_code != 200:  # the upstream's own trouble (its key, its load): not the agent's key or request
+        raise APIError(502, f"model {body.model!r}: {served.base_url} answered {reply.status_code}: {reply.text[:300]}",
+                       "model", "upstream_error")  # fmt: skip
     choices = data.get("choices") if isinstance(data, dict) else None
     if not choices or not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         raise APIError(502, f"model {body.model!r}: {served.base_url} sent no choices", "model", "upstream_error")

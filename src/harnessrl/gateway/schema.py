@@ -25,6 +25,8 @@ from harnessrl.types import Outcome, Task
 MAX_DEPTH = 48  # levels of nesting in a request body (the deepest legitimate one, a JSON Schema, is far below)
 SEED_RANGE = (-(2**63), 2**63 - 1)  # int64, as OpenAI; seed + i for choice i still fits torch's 64-bit seeds
 
+MAX_STOP_CHARS = 256  # the engine decodes the last tokens of every completion against each stop at each step
+
 
 class InputError(Exception):
     """A request value that can be parsed but not accepted; `param` is its path (`messages.0.content`).
@@ -224,8 +226,8 @@ class ChatRequest(_Body):
     @classmethod
     def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
         stops = [v] if isinstance(v, str) else v or []
-        if len(stops) > 4 or any(not s for s in stops):
-            raise ValueError("stop takes at most 4 non-empty strings")
+        if len(stops) > 4 or any(not s or len(s) > MAX_STOP_CHARS for s in stops):  # each is checked every step
+            raise ValueError(f"stop takes at most 4 non-empty strings of up to {MAX_STOP_CHARS} characters")
         return v
 
     @model_validator(mode="after")

@@ -84,7 +84,8 @@ _STAGE: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("swar
 
 
 def _task_key(task: str) -> str:
-    return " ".join(re.findall(r"\w+", task.casefold()))
+    """A task's text as repeats compare it: case, spacing and trailing punctuation aside ("x > 5" is not "x < 5")."""
+    return " ".join(task.casefold().split()).rstrip(".?!;:, ")
 
 
 # async def run_subagent(assignment, llm) -> str | None: the final output (None: gave none, unfinished)
@@ -257,9 +258,10 @@ class Swarm:
 
     def _steps_left(self) -> int:
         """A sub-agent run's step limit now: `max_subagent_steps`, and no more than the critical-step budget leaves
-        after the reply that assigns it (a stage costs 1 + its longest run), so no reply overshoots the budget."""
+        after the reply that assigns it (a stage costs 1 + its longest run) and one more reply, to answer with what
+        came back: no reply overshoots the budget, and the orchestrator always gets to answer."""
         budget, limit = self.limits.max_critical_steps, self.limits.max_subagent_steps
-        return limit if budget is None else max(0, min(limit, budget - self.critical_steps - 1))
+        return limit if budget is None else max(0, min(limit, budget - self.critical_steps - 2))
 
     async def _run(self, run: SubAgentRun, parent: str, limit: int) -> str:
         assignment = Assignment(run.agent, self.agents[run.agent], run.task, run.lineage, limit)
@@ -281,7 +283,7 @@ class Swarm:
 
     def summary(self) -> dict[str, Any]:
         """What the episode's outcome records under info["swarm"]. `distinct`: the assignments whose task text
-        differs (words compared case-blind, whatever agent ran them); `distinct_finished`: those that finished at
+        differs (case, spacing and trailing punctuation aside, whatever agent ran them); `distinct_finished`: those that finished at
         least once. The PARL terms count these, so repeating one task pays no more than asking it once."""
         return {
             "subagents": len(self.agents),

@@ -250,7 +250,7 @@ class JobConfig(_Strict):
     seed: int = Field(
         default=0,
         description="the job's randomness: the tiny model's init, validation split, demonstrations, SFT and RL batch "
-        "order, the trainers' seed (rl.train.seed is set to it) and the sampling streams",
+        "order, the trainers' seed (rl.train.seed follows it; another value there is refused) and the sampling streams",
     )
     data: DataConfig = Field(default_factory=DataConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
@@ -306,6 +306,13 @@ class JobConfig(_Strict):
                 if isinstance(data.get(key), dict):
                     data = {**data, key: _over(job().model_dump(), data[key])}
         return data
+
+    @model_validator(mode="after")
+    def _one_seed(self) -> JobConfig:
+        if self.rl.train.seed not in (0, self.seed):  # 0: TrainConfig's default, as older config.yaml files hold it
+            raise ValueError(f"rl.train.seed {self.rl.train.seed}: the job's `seed` ({self.seed}) seeds its trainers")
+        self.rl.train.seed = self.seed
+        return self
 
     @model_validator(mode="after")
     def _one_job(self) -> JobConfig:

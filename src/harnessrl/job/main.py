@@ -310,7 +310,8 @@ class _Job:
             trainer.resume(latest)
         else:
             trainer.forget_after(0)  # a start that stopped before its first checkpoint
-        if not any(c.trainable and c.completion_ids for e in demos for c in e.calls):
+        demos = [e for e in demos if any(c.trainable and c.completion_ids for c in e.calls)]  # the others train nothing
+        if not demos:
             raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on")
         rng = random.Random(f"{self.config.seed}:{trainer.step}")
         with _bar("sft", self.progress) as bar:
@@ -319,8 +320,6 @@ class _Job:
                 metrics = await asyncio.to_thread(
                     trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
                 )
-                if "loss/sft" not in metrics:  # a batch without a token to train on: no step, another batch
-                    continue
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
                     trainer.save(checkpoints)
@@ -362,7 +361,7 @@ class _Job:
         and saved) at the first update after which one more update as slow as the slowest so far, a validation and the
         eval after would not fit (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
         cfg, started = self.config.rl, time.perf_counter()
-        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora, "seed": self.config.seed}),
+        trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
         checkpoints = self.out / "checkpoints"
         done = 0
@@ -480,9 +479,9 @@ class _Job:
         validated again); a bad line elsewhere is an error naming it."""
         path = self.out / "validation.jsonl"
         lines = path.read_text().splitlines(keepends=True) if path.is_file() else []
-        if lines and not lines[-1].endswith("\n"):
-            log.warning("%s: dropping a last line cut short (%d characters)", path, len(lines[-1]))
-            lines = lines[:-1]
+        if lines and not lines[-1].endswith("\n"):  # cut short, or merely unterminated (then kept, terminated)
+            log.warning("%s: a last line without its newline (%d characters)", path, len(lines[-1]))
+            lines[-1:] = [lines[-1] + "\n"] if _is_json(lines[-1]) else []
             write_atomic(path, "".join(lines))
         records = []
         for number, line in enumerate(lines, start=1):
@@ -511,6 +510,14 @@ class _Job:
         model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
         self.policy.update_weights(model.state_dict())
         return json.loads(chosen.read_text())
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def validation_choice(

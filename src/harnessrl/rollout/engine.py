@@ -72,7 +72,7 @@ class RolloutEngine:
             min(cfg.concurrency, cfg.workers * cfg.worker_concurrency) if cfg.backend == "ray" else cfg.concurrency
         )
         self._slots = asyncio.Semaphore(in_flight)
-        self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0}
+        self.counts = {"episodes": 0, "failed": 0, "timeouts": 0, "dropped_stale": 0, "expired": 0}
         self._ray = None
         if cfg.backend == "ray":  # the default backend never imports Ray
             from harnessrl.rollout.ray_backend import RayRunner
@@ -128,7 +128,7 @@ class RolloutEngine:
         except GatewayError as exc:
             if exc.status not in (404, 409):
                 raise
-            self.counts["expired"] = self.counts.get("expired", 0) + 1
+            self.counts["expired"] += 1
             if exc.status == 409:
                 return await self.gateway.episode(episode_id)
             why = f"gone from the gateway (a session TTL expired it?) when the harness ended ({failure_reason or 'finished'})"

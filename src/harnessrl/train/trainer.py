@@ -330,7 +330,7 @@ class Trainer:
         """Restore weights, optimizer, schedule, step and RNG from a checkpoint; returns its data cursor."""
         state = load_state(path)
         saved, lora = state.get("config", {}).get("lora"), self.config.lora
-        if (saved or None) != (lora.model_dump() if lora else None):  # the trained weights would not fit
+        if _adapter_shape(saved) != _adapter_shape(lora and lora.model_dump()):  # the trained weights would not fit
             raise ValueError(f"{path}: the checkpoint trained lora {saved}, this config asks lora {lora}: resume "
                              "with the config it was trained with, or start a new run")  # fmt: skip
         named = dict(self.model.named_parameters())
@@ -354,7 +354,7 @@ class Trainer:
         now = cfg.model_dump()
         for key in ("lr", "schedule", "warmup_steps", "total_steps", "betas", "weight_decay"):
             if key in saved and saved[key] != now[key]:
-                log.info("resume: %s %s -> %s (this config's)", key, saved[key], now[key])
+                log.warning("resume: %s %s -> %s (this config's)", key, saved[key], now[key])
         self.scheduler.base_lrs = [cfg.lr] * len(self.optimizer.param_groups)
         factor = _lr_factor(cfg)(self.scheduler.last_epoch)
         for group in self.optimizer.param_groups:
@@ -500,6 +500,11 @@ def _reward_metrics(episodes: list[Episode], rewards: list[float]) -> dict[str, 
 
 
 WSD_DECAY = 0.2  # schedule "wsd" (MiniCPM's warmup-stable-decay): the share of the steps after warm-up that decay
+
+
+def _adapter_shape(lora: dict | None) -> tuple | None:
+    """What a LoRA checkpoint's trained weights follow (rank, modules); alpha and dropout may change on resume."""
+    return lora and (lora["r"], sorted(lora["target_modules"]))
 
 
 def _lr_factor(cfg: TrainConfig):

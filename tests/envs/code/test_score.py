@@ -155,7 +155,8 @@ def test_added_modules_that_shadow_installed_ones_and_special_files_are_dropped(
 def test_oversized_files_and_diffs_are_dropped_and_the_fix_still_counts(task, tmp_path):
     # what the agent's code may write while its tests run: one huge file, then many files of a sizeable diff
     files = {"cache/blob.txt": "x" * (MAX_FILE_BYTES + 1)}
-    files |= {f"zz/{i:03}.txt": "y\n" * 5000 for i in range(MAX_DIFF_CHARS // 10000 + 5)}  # 10,000 diff chars each
+    # 10,000 diff characters each, in a folder that sorts before calc.py: code is applied first all the same
+    files |= {f"aa/{i:03}.txt": "y\n" * 5000 for i in range(MAX_DIFF_CHARS // 10000 + 5)}
     found = changes(task[1] / "repo", workspace(task, tmp_path, FIXED, files))
     assert (
         found.dropped["cache/blob.txt"]

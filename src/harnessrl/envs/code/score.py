@@ -126,12 +126,13 @@ class Score:
 
 def changes(pristine: Path, workspace: Path) -> Changes:
     """What the agent changed, split into what scoring applies and what it drops (tests, config, links, a file over
-    MAX_FILE_BYTES, changes past MAX_DIFF_CHARS of diff: the agent's code can write anything while tests run)."""
+    MAX_FILE_BYTES, changes past MAX_DIFF_CHARS of diff: the agent's code can write anything while tests run).
+    `.py` files come first, so files of other kinds cannot crowd a fix out of the diff."""
     result = Changes()
     before, after = _files(pristine), _files(workspace)
     diff: list[str] = []
     chars = 0
-    for path in sorted(set(before) | set(after)):
+    for path in sorted(set(before) | set(after), key=lambda p: (not p.endswith(".py"), p)):  # code first
         old, new = before.get(path), after.get(path)
         if new is not None and (odd := _not_regular(new)):
             result.dropped[path] = odd
@@ -148,12 +149,15 @@ def changes(pristine: Path, workspace: Path) -> Changes:
         if new is not None and (why := too_big(new)):
             result.dropped[path] = f"{kind}: {why}"
             continue
-        lines = [line if line.endswith("\n") else line + "\n" for line in
-                 difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")]  # fmt: skip
-        chars += sum(map(len, lines))
-        if chars > MAX_DIFF_CHARS:
+        if chars >= MAX_DIFF_CHARS:  # full: dropped unread
             result.dropped[path] = f"{kind}: the diff passed {MAX_DIFF_CHARS} characters"
             continue
+        lines = [line if line.endswith("\n") else line + "\n" for line in
+                 difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")]  # fmt: skip
+        if chars + sum(map(len, lines)) > MAX_DIFF_CHARS:
+            result.dropped[path] = f"{kind}: the diff passed {MAX_DIFF_CHARS} characters"
+            continue
+        chars += sum(map(len, lines))
         result.applied[path] = kind
         diff += lines
     result.diff = "".join(diff)
