@@ -261,7 +261,7 @@ def create_app(
         while record.in_flight and time.monotonic() < deadline:  # let calls still generating land first
             await asyncio.sleep(0.01)
         async with record.appending:  # no call is between its append and its commit while the copy is made
-            if record.episode.status != "running" or record.finishing:  # finished by a concurrent request meanwhile
+            if record.episode.status != "running":  # finished by a concurrent request meanwhile
                 raise APIError(409, f"episode is already {record.episode.status}", code="episode_finished")
             record.finishing = True  # a call that ends from here on finds the episode closed (409, not recorded)
             try:

@@ -283,8 +283,9 @@ class Swarm:
 
     def summary(self) -> dict[str, Any]:
         """What the episode's outcome records under info["swarm"]. `distinct`: the assignments whose task text
-        differs (case, spacing and trailing punctuation aside, whatever agent ran them); `distinct_finished`: those that finished at
-        least once. The PARL terms count these, so repeating one task pays no more than asking it once."""
+        differs (case, spacing and trailing punctuation aside, whatever agent ran them); `distinct_finished`: those
+        that finished at least once. The PARL terms count these, so repeating one task pays no more than asking it
+        once."""
         return {
             "subagents": len(self.agents),
             "assigned": len(self.runs),

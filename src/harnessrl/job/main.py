@@ -479,16 +479,19 @@ class _Job:
         validated again); a bad line elsewhere is an error naming it."""
         path = self.out / "validation.jsonl"
         lines = path.read_text().splitlines(keepends=True) if path.is_file() else []
-        if lines and not lines[-1].endswith("\n"):  # cut short, or merely unterminated (then kept, terminated)
-            log.warning("%s: a last line without its newline (%d characters)", path, len(lines[-1]))
-            lines[-1:] = [lines[-1] + "\n"] if _is_json(lines[-1]) else []
-            write_atomic(path, "".join(lines))
         records = []
         for number, line in enumerate(lines, start=1):
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
+                if number == len(lines) and not line.endswith("\n"):  # cut short by a kill
+                    break
                 raise ValueError(f"{path}: line {number}: not JSON ({exc.msg})") from None
+        if lines and not lines[-1].endswith("\n"):  # the cut line dropped (or a whole one ended): appends start a line
+            log.warning(
+                "%s: a last line without its newline (%s)", path, "kept" if len(records) == len(lines) else "dropped"
+            )
+            write_atomic(path, "".join(line.rstrip("\n") + "\n" for line in lines[: len(records)]))
         return records
 
     def _mend_best(self) -> None:
@@ -510,14 +513,6 @@ class _Job:
         model = AutoModelForCausalLM.from_pretrained(self.out / "best", dtype=self.policy.model.dtype)
         self.policy.update_weights(model.state_dict())
         return json.loads(chosen.read_text())
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return True
 
 
 def validation_choice(

@@ -154,10 +154,10 @@ def changes(pristine: Path, workspace: Path) -> Changes:
             continue
         lines = [line if line.endswith("\n") else line + "\n" for line in
                  difflib.unified_diff(_lines(old), _lines(new), f"a/{path}", f"b/{path}")]  # fmt: skip
-        if chars + sum(map(len, lines)) > MAX_DIFF_CHARS:
+        if chars + (size := sum(map(len, lines))) > MAX_DIFF_CHARS:
             result.dropped[path] = f"{kind}: the diff passed {MAX_DIFF_CHARS} characters"
             continue
-        chars += sum(map(len, lines))
+        chars += size
         result.applied[path] = kind
         diff += lines
     result.diff = "".join(diff)
