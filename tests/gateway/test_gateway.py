@@ -299,3 +299,19 @@ async def test_a_model_is_retrieved_by_name_and_streaming_is_refused_by_name(gat
     with pytest.raises(openai.BadRequestError, match="streaming is not supported") as refused:
         await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
     assert refused.value.body["param"] == "stream"
+
+
+async def test_logprobs_bytes_join_into_the_reply_where_a_character_spans_tokens(policy):
+    """The untrained tiny samples byte pieces freely: characters split across tokens, as a real model's non-English
+    text is. Each token's `bytes` are its own raw bytes, so the client's join decodes to the reply's text."""
+    gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
+    _, key = await gateway.create_episode()
+    r = await gateway.openai(key).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Où est Zürich ?"}], max_tokens=64, logprobs=True, seed=3
+    )
+    content = r.choices[0].logprobs.content
+    assert any(t.token == "\ufffd" for t in content)  # part of a character: the reason `bytes` exists
+    raw = b"".join(bytes(t.bytes) for t in content)
+    assert "\ufffd".encode() not in raw  # the pieces' own bytes, not the replacement character's
+    assert raw.decode(errors="replace") == policy.decode([t.id for t in content])
+    await gateway.aclose()

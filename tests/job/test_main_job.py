@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -262,6 +263,16 @@ def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):
         JobConfig.load(tmp_path / "ray.yaml")
 
 
+def test_a_decaying_rl_schedule_ends_at_the_jobs_last_update_unless_told_otherwise(tmp_path):
+    (tmp_path / "job.yaml").write_text("rl: {updates: 12, train: {schedule: cosine}}\n")
+    loaded = JobConfig.load(tmp_path / "job.yaml")
+    assert loaded.rl.train.total_steps == 12  # one scheduler step an update: cosine reaches 0 at update 12
+    assert JobConfig.model_validate(loaded.model_dump()).rl.train.total_steps == 12  # config.yaml reloads the same
+    (tmp_path / "set.yaml").write_text("rl: {updates: 12, train: {schedule: cosine, total_steps: 40}}\n")
+    assert JobConfig.load(tmp_path / "set.yaml").rl.train.total_steps == 40
+    assert JobConfig().rl.train.total_steps == TrainConfig().total_steps  # constant: nothing to decay
+
+
 def test_every_job_refuses_a_folder_holding_a_run_with_another_config(tmp_path):
     config = JobConfig.model_validate(yaml.safe_load(MINIMAL))
     main.start_run(config, tmp_path / "run")
@@ -407,6 +418,20 @@ def test_a_time_budget_spent_before_rl_leaves_the_warm_start_and_says_so(minimal
     assert again.exit_code == 0 and json.loads((out / "summary.json").read_text())["rl_updates"] == 0
 
 
+def test_the_budget_counts_the_rl_seconds_of_a_start_killed_before_this_one(tmp_path):
+    (tmp_path / "phases.json").write_text(
+        json.dumps({"setup": 1.0, "sft": 10.0, "eval_before": 5.0, "rl (unfinished)": 100.0})
+    )
+    job = main._Job(JobConfig(budget_seconds=50), tmp_path, progress=False)
+    job._current = ("rl", time.perf_counter())  # resumed in RL
+    stop = job._over_budget(0.0, 3)
+    assert stop is not None and stop["update"] == 3 and stop["seconds"] >= 116.0
+    (tmp_path / "phases.json").write_text(json.dumps({"setup": 1.0, "sft": 10.0, "eval_before": 5.0}))
+    job = main._Job(JobConfig(budget_seconds=50), tmp_path, progress=False)
+    job._current = ("rl", time.perf_counter())
+    assert job._over_budget(0.0, 3) is None  # 16 s spent, an eval after of 5: within it
+
+
 def test_the_budget_is_fifteen_minutes_for_the_embedded_default_only_unless_set():
     assert JobConfig().budget() == JobConfig(model="tiny-base-long").budget() == 900.0
     assert JobConfig(model="smollm2-135m-instruct").budget() is None  # a real model: rl.updates, however long
@@ -439,6 +464,9 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     (out / "best").replace(out / ".best.old")  # killed while best/ was being replaced: the old one comes back
     with open(out / "sft" / "metrics.jsonl", "a") as f:  # a step logged after the last checkpoint, and one cut short
         f.write(json.dumps({"step": 2, "loss/sft": 9.0}) + '\n{"step": 3, "lo')
+    phases = json.loads((out / "phases.json").read_text())  # killed in RL after a save: its seconds so far
+    phases = {k: v for k, v in phases.items() if k not in ("rl", "eval_after")} | {"rl (unfinished)": 7.5}
+    (out / "phases.json").write_text(json.dumps(phases))
     done = subprocess.run([*train, "--resume", str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "demos.jsonl").read_text() == demos and (out / "eval_before.json").read_text() == before  # kept
@@ -451,6 +479,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert [r["update"] for r in validated] == [0, 1, 2]  # nothing validated twice
     assert all(sorted(r["tasks"]) == started_with for r in validated)
     assert (out / "best" / "chosen.json").is_file() and not (out / ".best.old").exists()
+    phases = json.loads((out / "phases.json").read_text())  # the killed start's RL seconds stay in the job's
+    assert phases["rl"] > 7.5 and "rl (unfinished)" not in phases and "eval_after" in phases
     bad = cli("train", tmp_path / "job.yaml", "--resume", out)
     assert bad.exit_code == 2 and "--resume" in bad.stderr
     # a fresh run into the folder, with a config that now differs from the folder's, is refused

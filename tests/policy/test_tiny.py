@@ -15,6 +15,13 @@ def _texts(n: int = 300) -> list[str]:
     return texts + ["  leading spaces, 2024-05-01, O'Neil's 3.14159 \r\n\r\n trailing  "]
 
 
+def test_each_tokens_bytes_join_into_the_texts_utf8_where_a_character_spans_tokens(policy):
+    for text in _texts(50):
+        ids = policy.encode(text)
+        assert b"".join(bytes(policy.token_bytes(i)) for i in ids) == text.encode()
+    assert any(policy.decode([i]) == "\ufffd" for i in policy.encode("中文😀"))  # a token alone is no character
+
+
 def test_tiny_is_deterministic_for_a_seed():
     (m1, t1), (m2, t2), (m3, _) = build_tiny(seed=0), build_tiny(seed=0), build_tiny(seed=1)
     assert t1.get_vocab() == t2.get_vocab()

@@ -627,9 +627,9 @@ def _choice(policy: Policy, index: int, message: Message, finish: str, with_logp
         out["logprobs"] = {
             "content": [
                 {
-                    "token": (t := policy.decode([i])),
+                    "token": policy.decode([i]),
                     "logprob": lp,
-                    "bytes": list(t.encode()),
+                    "bytes": policy.token_bytes(i),
                     "top_logprobs": [],
                     "id": i,
                 }

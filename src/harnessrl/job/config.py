@@ -315,6 +315,15 @@ class JobConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _rl_decays_over_its_updates(self) -> JobConfig:
+        """RL's schedule steps once an update: a decaying one (rl.train.schedule linear, cosine, wsd) ends at
+        rl.updates unless rl.train.total_steps says otherwise (TrainConfig's 1000 would barely decay)."""
+        train = self.rl.train
+        if train.schedule != "constant" and train.total_steps is None:
+            train.total_steps = self.rl.updates
+        return self
+
+    @model_validator(mode="after")
     def _one_job(self) -> JobConfig:
         if self.swarm is not None and self.code is not None:
             raise ValueError("swarm and code: a config runs one job; set one of them")

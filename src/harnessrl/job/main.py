@@ -4,7 +4,8 @@ held-out eval -> RL with the async rollout engine -> held-out eval, all in one r
 Run folder: config.yaml (resolved), demos.jsonl, sft/ (metrics.jsonl, checkpoints/),
 eval_before.json / .jsonl, metrics.jsonl (RL), rollouts/update-NNNN.jsonl (the episodes RL update N
 trained on), checkpoints/ (RL), validation.jsonl and best/ (the chosen weights), eval_after.json /
-.jsonl, phases.json (seconds per finished phase, and of every start's setup), rewards.png,
+.jsonl, phases.json (seconds per finished phase, and of every start's setup; "sft (unfinished)" / "rl
+(unfinished)": a phase's seconds up to its last save, in starts killed before it ended), rewards.png,
 heldout.png, summary.json.
 
 Checkpoint choice: `rl.validation_tasks` tasks of the train split are set aside (neither SFT nor RL
@@ -259,13 +260,27 @@ class _Job:
         return summary
 
     async def _phase(self, name: str, work):
-        """Run one phase (each returns its result, reading it back when already done) and time it."""
-        started = time.perf_counter()
+        """Run one phase (each returns its result, reading it back when already done) and time it. A phase that
+        saves as it goes (SFT, RL) records its seconds so far at each save (`_phase_progress`) as "NAME (unfinished)",
+        so the time of a start killed mid-phase stays in wall_seconds and the budget after a resume."""
+        self._current = (name, time.perf_counter())
         result = await work()
         if name not in self.seconds:
-            self.seconds[name] = time.perf_counter() - started
+            self.seconds[name] = self._phase_seconds()
+            self.seconds.pop(f"{name} (unfinished)", None)
             write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
         return result
+
+    def _phase_seconds(self) -> float:
+        """Seconds of the running phase: this start's, and those of earlier starts that ended before it did."""
+        name, started = self._current
+        return self.seconds.get(f"{name} (unfinished)", 0.0) + time.perf_counter() - started
+
+    def _phase_progress(self) -> None:
+        """After a save of the running phase: its seconds so far into phases.json."""
+        name, _ = self._current
+        self.seconds[f"{name} (unfinished)"], self._current = self._phase_seconds(), (name, time.perf_counter())
+        write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
 
     async def _demos(self, agent: SearchAgent, reward, train) -> list[Episode]:
         path = self.out / "demos.jsonl"
@@ -323,6 +338,7 @@ class _Job:
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
                     trainer.save(checkpoints)
+                    self._phase_progress()
 
     async def _eval(self, name: str, agent: SearchAgent, greedy: SearchAgent, test) -> dict:
         path = self.out / f"{name}.json"
@@ -360,7 +376,7 @@ class _Job:
         an update whose groups all tied keeps trainer.step as it was). With `budget_seconds`, RL ends (validated
         and saved) at the first update after which one more update as slow as the slowest so far, a validation and the
         eval after would not fit (`_over_budget`); budget_stop.json records where, so a resumed run does not go on."""
-        cfg, started = self.config.rl, time.perf_counter()
+        cfg = self.config.rl
         trainer = Trainer(self.policy.model, self.policy.tokenizer, cfg.train.model_copy(update={"lora": self.lora}),
                           run_dir=self.out, policy=self.policy, loggers=self.config.loggers)  # fmt: skip
         checkpoints = self.out / "checkpoints"
@@ -374,7 +390,7 @@ class _Job:
             await self._validate(0, harness, trainer)
         if cfg.updates - done <= 0 or self._budget_stop() is not None:
             return
-        if stop := self._over_budget(started, 0.0, done):  # no time for an update (or, resumed, for another one)
+        if stop := self._over_budget(0.0, done):  # no time for an update (or, resumed, for another one)
             await self._validate(done, harness, trainer)
             self._end_rl(stop)
             return
@@ -395,11 +411,12 @@ class _Job:
 
             if done % cfg.validate_every == 0 or done == cfg.updates:
                 validate()
-            stop = self._over_budget(started, slowest, done) if done < cfg.updates else None
+            stop = self._over_budget(slowest, done) if done < cfg.updates else None
             if stop:  # the last update: validated (a no-op where it just was) and saved
                 validate()
             if done % cfg.save_every == 0 or done == cfg.updates or stop:
                 trainer.save(checkpoints, cursor={"updates": done}, number=done)
+                self._phase_progress()
             if stop:
                 self._end_rl(stop)
             last = time.perf_counter()
@@ -409,7 +426,7 @@ class _Job:
         tasks = itertools.cycle(random.Random(f"{self.config.seed}:{done}").sample(train, len(train)))
         await engine.train(trainer, tasks, cfg.updates - done, self.progress, checkpoint, batch_metrics)
 
-    def _over_budget(self, started: float, per_update: float, done: int) -> dict | None:
+    def _over_budget(self, per_update: float, done: int) -> dict | None:
         """Where RL ends (budget_stop.json's record), if the job would pass `budget_seconds` with one more update
         (`per_update` seconds: the slowest so far, since one update can take twice the mean; 0 before the first), a
         validation (the last one's seconds) and the eval after: the eval before's seconds, scaled by how much longer
@@ -418,7 +435,7 @@ class _Job:
         budget = self.config.budget()
         if budget is None:
             return None
-        spent = sum(v for k, v in self.seconds.items() if k != "rl") + time.perf_counter() - started
+        spent = sum(v for k, v in self.seconds.items() if not k.startswith("rl")) + self._phase_seconds()
         seconds = [r["seconds"] for r in self._validation_records() if r.get("seconds")] or [0.0]
         growth = seconds[-1] / seconds[0] if seconds[0] else 1.0
         evaluation = sum(v for k, v in self.seconds.items() if k.startswith("eval_before")) * growth

@@ -8,11 +8,14 @@ causal-LM folder that has a chat template, a `.gguf` file, or a preset (`smollm2
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from harnessrl.policy import toolformat
 from harnessrl.policy.engine import Engine
@@ -109,6 +112,24 @@ class Policy:
 
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
+
+    def token_bytes(self, token_id: int) -> list[int]:
+        """The raw bytes one token stands for (OpenAI's `logprobs.content[].bytes`, which clients join to rebuild
+        characters split across tokens): a byte-level BPE piece through its byte alphabet, a byte-fallback piece
+        `<0xNN>` as its byte, any other token its text's UTF-8 (decoding one token alone gives U+FFFD for part of a
+        character)."""
+        piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if self._byte_of is not None and all(c in self._byte_of for c in piece):
+            return [self._byte_of[c] for c in piece]
+        if byte := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece):
+            return [int(byte[1], 16)]
+        return list(self.decode([token_id]).encode())
+
+    @functools.cached_property
+    def _byte_of(self) -> dict[str, int] | None:
+        """A byte-level BPE tokenizer's alphabet (character -> byte); None for other tokenizers."""
+        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
+        return {c: b for b, c in bytes_to_unicode().items()} if "ByteLevel" in repr(decoder) else None
 
     def close(self) -> None:
         self.engine.close()

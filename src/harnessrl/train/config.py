@@ -107,7 +107,12 @@ class TrainConfig(BaseModel):
         "linearly to 0 over the last 20 %",
     )
     warmup_steps: int = Field(default=0, ge=0)
-    total_steps: int = Field(default=1000, ge=1, description="steps over which linear / cosine / wsd decay to 0")
+    total_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="steps over which linear / cosine / wsd decay to 0 (None: 1000; the jobs set SFT's to sft.steps "
+        "and a decaying RL schedule's to rl.updates)",
+    )
     token_budget: int = Field(
         default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
     )

@@ -351,7 +351,8 @@ class Trainer:
         """After loading a checkpoint's optimizer and schedule: this config's learning rate, schedule, betas and weight
         decay, not the checkpoint's (a resume may change them; each change is logged)."""
         cfg = self.config
-        now = cfg.model_dump()
+        now = cfg.model_dump() | {"total_steps": _total_steps(cfg.total_steps)}
+        saved = saved | {"total_steps": _total_steps(saved.get("total_steps"))}
         for key in ("lr", "schedule", "warmup_steps", "total_steps", "betas", "weight_decay"):
             if key in saved and saved[key] != now[key]:
                 log.warning("resume: %s %s -> %s (this config's)", key, saved[key], now[key])
@@ -507,11 +508,17 @@ def _adapter_shape(lora: dict | None) -> tuple | None:
     return lora and (lora["r"], sorted(lora["target_modules"]))
 
 
+def _total_steps(total: int | None) -> int:
+    return total or 1000  # TrainConfig.total_steps None: a Trainer that does not know its length
+
+
 def _lr_factor(cfg: TrainConfig):
+    total = _total_steps(cfg.total_steps)
+
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
-        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
         if cfg.schedule == "linear":
             return 1.0 - progress
         if cfg.schedule == "cosine":
