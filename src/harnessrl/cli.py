@@ -97,7 +97,11 @@ def serve(
         reg = _registry(registry)
         if (promoted := reg.promoted()) is None:
             _fail(f"{registry}: nothing promoted yet (harnessrl promote VERSION --registry {registry})")
-        policy = reg.load(promoted, max_batch, tool_format, prefix_cache)
+        try:
+            policy = reg.load(promoted, max_batch, tool_format, prefix_cache)
+        except Exception as exc:  # a damaged version folder: safetensors', transformers' or the template's error
+            _fail(f"{registry}: the promoted version {promoted} does not load ({type(exc).__name__}: {exc}); "
+                  f"roll back (harnessrl rollback --registry {registry}) or promote another version")  # fmt: skip
         background.append(follow(reg, promoted, max_batch, tool_format, prefix_cache))
         store = store or str(registry / "traces.db")
         session_ttl = 3600.0 if session_ttl is None else session_ttl

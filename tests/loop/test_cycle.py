@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
 import signal
@@ -131,10 +132,14 @@ def test_cycle_refuses_bad_configs_now_and_every_survives_a_failed_cycle(tmp_pat
     registry = Registry.create(tmp_path / "registry", "weather")  # nothing promoted: every cycle fails
     config = _config(tmp_path, registry)
     good = yaml.safe_load(config.read_text())
+    twice = tmp_path / "twice.jsonl"  # one item listed twice would weigh double in the gate's pairing
+    lines = (tmp_path / good["benchmark"]["tasks"]).read_text().splitlines()
+    twice.write_text("\n".join([*lines, lines[0]]) + "\n")
     for field, value, said in [
         ("benchmark", {**good["benchmark"], "tasks": "nope.jsonl"}, "benchmark.tasks: [Errno 2]"),
         ("harness", f"{EXAMPLE / 'shop.py'}:no_such", "harness: "),
         ("benchmark", {**good["benchmark"], "score": "no_such_module:f"}, "benchmark.score: 'no_such_module:f'"),
+        ("benchmark", {**good["benchmark"], "tasks": str(twice)}, "task ids used twice: ['"),
     ]:
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**good, field: value}))
         bad = cli("cycle", tmp_path / "bad.yaml", "--once")
@@ -155,3 +160,24 @@ def test_cycle_refuses_bad_configs_now_and_every_survives_a_failed_cycle(tmp_pat
         looping.wait()
     failed = [e for e in registry.events() if e["event"] == "cycle_failed"]
     assert len(failed) >= 2 and "nothing promoted yet" in failed[0]["error"]
+
+
+def test_a_file_harness_with_dataclasses_loads_once_and_shares_its_module_with_its_score(tmp_path):
+    """FILE.py:NAME runs the file as a module registered in sys.modules (a dataclass under `from __future__ import
+    annotations` looks its module up there), once per version of the file: harness and score share its state."""
+    from harnessrl.loop.cycle import BenchmarkConfig, LoopConfig
+
+    (tmp_path / "h.py").write_text(
+        "from __future__ import annotations\nfrom dataclasses import dataclass\n\n@dataclass\nclass Seen:\n"
+        "    n: int = 0\n\nSEEN = Seen()\n\nasync def harness(task, llm):\n    SEEN.n += 1\n\n"
+        "def score(episode):\n    return SEEN.n\n"
+    )
+    config = LoopConfig(
+        registry=tmp_path, harness="h.py:harness", benchmark=BenchmarkConfig(tasks=tmp_path, score="h.py:score")
+    )
+    config._base = tmp_path
+    harness, score = config.imported("h.py:harness"), config.imported("h.py:score")
+    assert harness.__globals__ is score.__globals__ and config.imported("h.py:harness") is harness
+    (tmp_path / "h.py").write_text("def score(episode):\n    return 2\n")  # edited: run again at the next cycle
+    os.utime(tmp_path / "h.py", ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert config.imported("h.py:score")(None) == 2

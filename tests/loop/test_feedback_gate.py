@@ -35,8 +35,8 @@ def test_paired_lower_bound():
     assert paired_lower_bound(spread, 0.9, 2000) < 0 < paired_lower_bound([x + 0.5 for x in spread], 0.9, 2000) + 0.5
 
 
-def _side(scores, validity=1.0, clarifying=0.0, tokens=10.0) -> Side:
-    return Side(dict(enumerate(scores)), validity, clarifying, tokens)
+def _side(scores, validity=1.0, clarifying=0.0, tokens=10.0, failed=0.0) -> Side:
+    return Side(dict(enumerate(scores)), validity, clarifying, tokens, failed)
 
 
 def test_the_gate_needs_the_bound_and_every_canary():
@@ -49,6 +49,16 @@ def test_the_gate_needs_the_bound_and_every_canary():
     assert hack["reasons"] == ["canary clarifying_rate failed"]
     broken = decide(_side([0.6, 0.7, 0.5, 0.6], validity=0.8, tokens=40.0), current, config)
     assert broken["reasons"] == ["canary tool_call_validity failed", "canary response_length failed"]
+    # both versions fail every episode (scored 0): the tie above the bound is no evidence
+    dead = decide(_side([0.0] * 4, failed=1.0), _side([0.0] * 4, failed=1.0), config)
+    assert not dead["promote"] and dead["reasons"] == [
+        "the candidate finished 0% of its episodes (min_finished 50%): its scores are of failures"
+    ]
+    flaky = decide(_side([0.6, 0.7, 0.5, 0.6], failed=0.25), current, config)  # better scores, more failures
+    assert flaky["reasons"] == ["canary failed_share failed"] and flaky["canary_figures"]["failed_share"] == {
+        "candidate": 0.25,
+        "current": 0.0,
+    }
 
 
 def test_stale_samples_are_refused_or_kept_and_every_episode_is_counted(tmp_path):

@@ -50,6 +50,16 @@ def test_promote_and_rollback_walk_the_history(registry):
     assert registry.rollback() == ("weather@v3", "weather@v1")
 
 
+def test_a_rollback_killed_before_its_log_line_is_not_undone_by_the_next(registry, tmp_path):
+    reg = Registry.create(tmp_path / "registry", "weather")
+    shutil.copytree(registry.root / "versions", reg.root / "versions", dirs_exist_ok=True)
+    for version in ("v1", "v2", "v3"):
+        reg.promote(version, reason="x")
+    (reg.root / "PROMOTED").write_text("weather@v2\n")  # rollback() switched PROMOTED, then the kill
+    assert reg.rollback() == ("weather@v2", "weather@v1")  # on down the history, not back up to v3
+    assert reg.promoted() == "weather@v1"
+
+
 def test_versions_are_immutable_and_staging_is_cleaned(registry):
     info = VersionInfo(id="weather@v2", number=2)
     with pytest.raises(RegistryError, match="immutable"):

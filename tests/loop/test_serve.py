@@ -228,6 +228,8 @@ async def test_follow_swaps_to_what_promoted_names_and_retries_a_version_that_di
         registry.promote("v3", reason="x")
         await asyncio.sleep(0.2)
         assert serving.policy.version == 2  # still serving the one that loaded
+        broken = cli("serve", "--registry", registry.root)  # a server started now has nothing to fall back on
+        assert broken.exit_code == 2 and "the promoted version weather@v3 does not load" in broken.output
         weights.with_suffix(".away").rename(weights)
         await serving_version(3)  # tried again, not given up on
     finally:

@@ -25,6 +25,7 @@ the version's cycle line written from its version.json, its promotion made if it
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import importlib.util
 import random
@@ -88,9 +89,12 @@ class LoopConfig(BaseModel):
             config.store = str(base / config.store)
         config._base = base
         try:  # what a cycle reads only once traffic is labelled: checked now, not days later
-            read_jsonl(config.benchmark.tasks, Task)
+            items = read_jsonl(config.benchmark.tasks, Task)
         except (OSError, ValueError) as exc:  # ValueError: TraceLineError, naming the line
             raise ValueError(f"{path}: benchmark.tasks: {exc}") from None
+        ids = [t.id for t in items]  # the gate pairs its two sides by item id
+        if repeated := sorted({i for i in ids if ids.count(i) > 1}):
+            raise ValueError(f"{path}: benchmark.tasks: {config.benchmark.tasks}: task ids used twice: {repeated[:5]}")
         for field, spec in (("harness", config.harness), ("benchmark.score", config.benchmark.score)):
             try:
                 config.imported(spec)
@@ -103,19 +107,35 @@ class LoopConfig(BaseModel):
         module, _, name = spec.partition(":")
         try:
             if module.endswith(".py"):
-                path = self._base / module
-                loaded = importlib.util.spec_from_file_location(path.stem, path)
-                if loaded is None or not path.is_file():
-                    raise ImportError(f"no file {path}")
-                sys.path.insert(0, str(path.parent))  # its own imports of neighbours
-                code = importlib.util.module_from_spec(loaded)
-                loaded.loader.exec_module(code)
-                return getattr(code, name)
+                return getattr(_file_module((self._base / module).resolve()), name)
             if str(self._base) not in sys.path:
                 sys.path.insert(0, str(self._base))
             return getattr(importlib.import_module(module), name)
         except Exception as exc:  # the user's module: not found, not valid Python, or failing as it runs
             raise ValueError(f"{spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _file_module(path: Path):
+    """A FILE.py run once per process and version of the file, registered in sys.modules (dataclasses and pickling
+    look a class's module up there): the harness and the score of one file share one module and its state, cycle
+    after cycle, and an edited file is run again at the next cycle."""
+    if not path.is_file():
+        raise ImportError(f"no file {path}")
+    name = "harnessrl_file_" + hashlib.sha256(f"{path}:{path.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    loaded = importlib.util.spec_from_file_location(name, path)
+    if loaded is None:
+        raise ImportError(f"no file {path}")
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # its own imports of neighbours
+    module = sys.modules[name] = importlib.util.module_from_spec(loaded)
+    try:
+        loaded.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # a file that failed may be mended and loaded again
+        raise
+    return module
 
 
 def window_start(registry: Registry) -> float:

@@ -6,9 +6,12 @@ score function. The gate promotes only when
 
 - the lower confidence bound of the mean paired difference (candidate - current, per item) is
   above `-margin` (a percentile bootstrap over items, fixed seed: no normality assumption), and
+- the candidate finished at least `min_finished` of its episodes (a failed or timed-out episode scores 0 on both
+  sides: two versions that both fail everything would otherwise tie above the bound), and
 - every canary holds: tool-call validity does not drop by more than `validity_drop`, the
-  clarifying-question rate does not rise by more than `clarifying_rise`, and the mean response
-  length stays within a factor `length_ratio` of the current version's.
+  clarifying-question rate does not rise by more than `clarifying_rise`, the share of failed episodes does not rise
+  by more than `failure_rise`, and the mean response length stays within a factor `length_ratio` of the current
+  version's.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ class GateConfig(BaseModel):
     validity_drop: float = Field(default=0.05, ge=0, description="largest allowed drop in tool-call validity")
     clarifying_rise: float = Field(default=0.05, ge=0, description="largest allowed rise in clarifying-question rate")
     length_ratio: float = Field(default=2.0, gt=1, description="mean response length within this factor of current's")
+    failure_rise: float = Field(default=0.05, ge=0, description="largest allowed rise in the share of failed episodes")
+    min_finished: float = Field(
+        default=0.5, ge=0, le=1, description="the candidate must finish at least this share of its episodes"
+    )
+    timeout: float = Field(default=120.0, gt=0, description="seconds one benchmark episode may take (then it failed)")
     concurrency: int = Field(default=32, ge=1, description="benchmark episodes in flight at once")
     bootstrap: int = Field(default=2000, ge=100, description="bootstrap resamples of the items")
 
@@ -50,6 +58,7 @@ class Side:
     tool_call_validity: float
     clarifying_rate: float
     response_tokens: float
+    failed_share: float = 0.0  # episodes that failed or timed out (scored 0)
     episodes: list[Episode] = field(repr=False, default_factory=list)
 
     @property
@@ -63,7 +72,7 @@ async def run_benchmark(
     gateway = GatewayClient(_KEY, app=create_app(policy, _KEY))
     tasks = [task for task in items for _ in range(config.repeats)]
     try:  # run exactly as held-out evaluation runs them (a failed episode scores 0)
-        _, episodes = await evaluate(gateway, harness, tasks, config.concurrency, timeout=120.0)
+        _, episodes = await evaluate(gateway, harness, tasks, config.concurrency, timeout=config.timeout)
     finally:
         await gateway.aclose()
     by_item: dict[str, list[float]] = {}
@@ -75,6 +84,7 @@ async def run_benchmark(
         tool_call_validity=1 - sum(c.tool_call_error is not None for c in calls) / max(len(calls), 1),
         clarifying_rate=statistics.fmean(clarifying_question(e) for e in episodes),
         response_tokens=statistics.fmean(len(c.completion_ids) for c in calls) if calls else 0.0,
+        failed_share=sum(e.status != "finished" for e in episodes) / max(len(episodes), 1),
         episodes=list(episodes),
     )
 
@@ -100,8 +110,12 @@ def decide(candidate: Side, current: Side, config: GateConfig) -> dict:
         "response_length": current.response_tokens / config.length_ratio
         <= candidate.response_tokens
         <= current.response_tokens * config.length_ratio,
+        "failed_share": candidate.failed_share <= current.failed_share + config.failure_rise,
     }
     reasons = [] if lower > -config.margin else [f"paired lower bound {lower:+.3f} <= -margin {-config.margin:+.3f}"]
+    if 1 - candidate.failed_share < config.min_finished:
+        reasons.append(f"the candidate finished {1 - candidate.failed_share:.0%} of its episodes (min_finished "
+                       f"{config.min_finished:.0%}): its scores are of failures")  # fmt: skip
     reasons += [f"canary {name} failed" for name, held in canaries.items() if not held]
     return {
         "promote": not reasons,
@@ -116,6 +130,6 @@ def decide(candidate: Side, current: Side, config: GateConfig) -> dict:
         "canaries": canaries,
         "canary_figures": {
             name: {"candidate": round(getattr(candidate, name), 4), "current": round(getattr(current, name), 4)}
-            for name in ("tool_call_validity", "clarifying_rate", "response_tokens")
+            for name in ("tool_call_validity", "clarifying_rate", "response_tokens", "failed_share")
         },
     }

@@ -193,6 +193,8 @@ class Registry:
         """Back to the version promoted before the current one; returns (from, to)."""
         current = self.promoted()
         stack = self.promotions()
+        if current in stack:  # past its last push: rollbacks killed after switching PROMOTED, before their log line
+            stack = stack[: len(stack) - stack[::-1].index(current)]
         while stack and stack[-1] == current:
             stack.pop()
         if current is None or not stack:
