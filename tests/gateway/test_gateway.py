@@ -158,6 +158,9 @@ async def test_bad_requests_get_a_4xx_naming_the_field(gateway, tool_server):
         ),
         ({"messages": [user], "tool_choice": "required"}, "body"),
         ({"messages": [user], "metadata": {"trainable": "maybe"}}, "metadata.trainable"),
+        ({"messages": [user], "temperature": True}, "temperature"),  # no coercion, as OpenAI's API
+        ({"messages": [user], "max_tokens": "3"}, "max_tokens"),
+        ({"messages": [user], "logprobs": "yes"}, "logprobs"),
     ]
     async with httpx.AsyncClient(base_url=tool_server.base_url, headers=headers) as http:
         for body, param in cases:

@@ -180,20 +180,21 @@ class ChatRequest(_Body):
     model: str | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
-    n: int = Field(default=1, ge=1, le=16)
+    # strict, as OpenAI's API: `true` is no temperature and "3" no max_tokens (pydantic would coerce both)
+    temperature: float = Field(default=1.0, ge=0, le=2, strict=True)
+    top_p: float = Field(default=1.0, gt=0, le=1, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1, strict=True)
+    n: int = Field(default=1, ge=1, le=16, strict=True)
     stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
-    logprobs: bool = False
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1], strict=True)
+    logprobs: bool = Field(default=False, strict=True)
     top_logprobs: Literal[0] | None = None
-    ignore_eos: bool = Field(default=False, description="extension (as vLLM): sample until max_tokens")
+    ignore_eos: bool = Field(default=False, strict=True, description="extension (as vLLM): sample until max_tokens")
     metadata: dict[str, str] | None = Field(
         default=None, max_length=16, description="`agent` names the caller; `trainable`: 'false' freezes it"
     )
-    stream: bool = False  # only False: true is a 400 that says streaming is unsupported (`_no_streaming`)
+    stream: bool = Field(default=False, strict=True)  # only False: true is a 400 that says streaming is unsupported (`_no_streaming`)
     frequency_penalty: Literal[0] | None = None
     presence_penalty: Literal[0] | None = None
     logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
