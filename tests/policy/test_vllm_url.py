@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import subprocess
 import threading
 
 from harnessrl.policy import Policy
@@ -40,7 +41,13 @@ def test_policies_sharing_a_sync_folder_write_apart_and_clean_up(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
+        dead = _dead_pid()  # a run killed before its close left its model copy
+        host = socket.gethostname()
+        (tmp_path / f"run-{host}-{dead}-0123abcd" / "v3").mkdir(parents=True)
+        (tmp_path / f"run-elsewhere-{dead}-0123abcd").mkdir()  # another host's: not checkable from here, kept
         one, two = (Policy.load("tiny", vllm_url=url, sync_dir=tmp_path) for _ in range(2))
+        assert not (tmp_path / f"run-{host}-{dead}-0123abcd").exists()
+        (tmp_path / f"run-elsewhere-{dead}-0123abcd").rmdir()
         assert one.engine.sync_dir.parent == two.engine.sync_dir.parent == tmp_path
         assert one.engine.sync_dir != two.engine.sync_dir and one.engine.sync_dir.is_dir()
         (one.engine.sync_dir / "v1").mkdir()  # a synced version
@@ -50,6 +57,13 @@ def test_policies_sharing_a_sync_folder_write_apart_and_clean_up(tmp_path):
         assert list(tmp_path.iterdir()) == []
     finally:
         server.shutdown()
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
 
 
 def test_a_url_that_is_no_vllm_model_list_is_refused_naming_it():

@@ -13,8 +13,8 @@ server must run with
   end-of-turn ids as `stop_token_ids`, and `cache_salt: harnessrl-v{version}`, so prefix-cache
   entries computed by older weights are never reused;
 - weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/RUN/vN` (a
-  folder the server sees; RUN is this engine's own, `run-PID-XXXXXXXX`, so runs sharing a `sync_dir` never
-  load each other's weights; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
+  folder the server sees; RUN is this engine's own, `run-HOST-PID-XXXXXXXX`, so runs sharing a `sync_dir` never
+  load each other's weights, and a run's start removes the folders of this host's runs whose process is gone; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
 - verification of every sync: the server's per-tensor weight checksums (POST /weight_checker) must
   change when the weights changed (a sync that silently did not happen fails here), and the prompt
   logprobs of a fixed probe sequence from vLLM must match the trainer's weights computed here within
@@ -27,8 +27,11 @@ The gateway, its token-exact recording and the trainer are unchanged: this engin
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 import shutil
+import socket
 import threading
 import uuid
 from pathlib import Path
@@ -39,12 +42,34 @@ from safetensors.torch import save_file
 
 from harnessrl.policy.engine import Completion, SamplingParams
 
+log = logging.getLogger(__name__)
+
 VLLM_API = ">=0.11,<0.40"  # the vLLM versions whose HTTP API this module follows
 PROBE = list(range(5, 69))  # a fixed token sequence whose prompt logprobs check a sync
 
 
 class SyncError(RuntimeError):
     """A weight sync to vLLM that did not verifiably take; the message says which check failed."""
+
+
+def _remove_dead_runs(sync_dir: Path) -> None:
+    """Sync folders (each a copy of the model) of killed runs on this host: their process is gone. A folder of
+    another host (a sync_dir shared over the network) is never touched: its process cannot be checked from here."""
+    mine = re.compile(rf"run-{re.escape(socket.gethostname())}-(\d+)-[0-9a-f]{{8}}")
+    for folder in sync_dir.glob("run-*") if sync_dir.is_dir() else ():
+        if (match := mine.fullmatch(folder.name)) and not _alive(int(match[1])):
+            log.warning("vLLM sync: removing %s, left by a run that ended without closing", folder)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class VLLMEngine:
@@ -54,7 +79,8 @@ class VLLMEngine:
         # the server's root: an OpenAI base URL ending in /v1 is what users copy, and would ask /v1/v1/...
         self.url, self.model, self.eos_ids = url.rstrip("/").removesuffix("/v1"), model, sorted(eos_ids)
         self.tolerance, self.timeout = tolerance, timeout
-        self.sync_dir = Path(sync_dir) / f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        _remove_dead_runs(Path(sync_dir))
+        self.sync_dir = Path(sync_dir) / f"run-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.version = 0
         self.context = model.config.max_position_embeddings
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
