@@ -194,7 +194,8 @@ class ChatRequest(_Body):
     metadata: dict[str, str] | None = Field(
         default=None, max_length=16, description="`agent` names the caller; `trainable`: 'false' freezes it"
     )
-    stream: bool = Field(default=False, strict=True)  # only False: true is a 400 that says streaming is unsupported (`_no_streaming`)
+    # only False: true is a 400 that says streaming is unsupported (`_no_streaming`)
+    stream: bool = Field(default=False, strict=True)
     frequency_penalty: Literal[0] | None = None
     presence_penalty: Literal[0] | None = None
     logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
