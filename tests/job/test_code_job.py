@@ -6,6 +6,7 @@ import json
 import pytest
 
 from harnessrl.envs.code.generate import generate
+from harnessrl.envs.code.tasks import CodeTask
 from harnessrl.job import code
 from harnessrl.job.config import JobConfig
 from harnessrl.types import Episode, Outcome, Task, read_jsonl
@@ -74,3 +75,18 @@ def test_the_job_refuses_to_train_where_the_sandbox_cannot_hide_the_hidden_tests
     config = JobConfig.model_validate({"code": {"tasks": str(tmp_path / "tasks")}})
     with pytest.raises(ValueError, match=r"guard is off on this machine .* code.unsandboxed: true"):
         code.run(config, tmp_path / "run", progress=False)
+
+
+def test_the_heldout_sample_spreads_across_functions_and_keeps_impossible_tasks(tmp_path):
+    # 10 test-split functions of 4 tasks each, in folder-name order; 2 of the 40 tasks impossible (5 %)
+    loaded = [
+        (CodeTask(id=f"m.f{f}.{k}", issue="i", split="test", impossible=(f, k) in ((3, 0), (8, 1)),
+                  source={"module": "m", "function": f"f{f}"}), tmp_path / f"m.f{f}.{k}")
+        for f in range(10) for k in range(4)
+    ]  # fmt: skip
+    picked = code.heldout_sample(loaded + [(CodeTask(id="t", issue="i", split="train"), tmp_path)], 12, seed=0)
+    functions = [spec.source["function"] for spec, _ in picked]
+    assert len(picked) == 12 and len(set(functions)) == 10  # every function before any twice
+    assert sum(spec.impossible for spec, _ in picked) == 1 and all(spec.split == "test" for spec, _ in picked)
+    assert picked == code.heldout_sample(loaded, 12, seed=0) and picked != code.heldout_sample(loaded, 12, seed=1)
+    assert sorted(s.id for s, _ in code.heldout_sample(loaded, None, seed=0)) == sorted(s.id for s, _ in loaded)

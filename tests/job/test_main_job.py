@@ -480,7 +480,8 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
     assert all(sorted(r["tasks"]) == started_with for r in validated)
     assert (out / "best" / "chosen.json").is_file() and not (out / ".best.old").exists()
     phases = json.loads((out / "phases.json").read_text())  # the killed start's RL seconds stay in the job's
-    assert phases["rl"] > 7.5 and "rl (unfinished)" not in phases and "eval_after" in phases
+    assert phases["rl"] > 7.5 and "eval_after" in phases and not [k for k in phases if "unfinished" in k]
+    assert phases["sft"] > json.loads((minimal_run / "phases.json").read_text())["sft"]  # and its one more step
     bad = cli("train", tmp_path / "job.yaml", "--resume", out)
     assert bad.exit_code == 2 and "--resume" in bad.stderr
     # a fresh run into the folder, with a config that now differs from the folder's, is refused

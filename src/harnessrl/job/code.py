@@ -26,7 +26,7 @@ from harnessrl.envs.code.expert import CodeExpert
 from harnessrl.envs.code.generate import LIBRARY, generate, statistics
 from harnessrl.envs.code.harness import CodingAgent
 from harnessrl.envs.code.reward import cheat_rate, code_reward, hidden_tests
-from harnessrl.envs.code.tasks import load_tasks
+from harnessrl.envs.code.tasks import CodeTask, load_tasks
 from harnessrl.eval.evaluate import falling, gain_ci, worse
 from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_rewards
@@ -37,6 +37,7 @@ from harnessrl.policy import Policy
 from harnessrl.policy.sources import cache_dir
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
+from harnessrl.train.checkpoint import write_atomic
 from harnessrl.types import Episode, Task, read_jsonl
 
 
@@ -63,6 +64,36 @@ def task_folder(config: JobConfig, progress: bool) -> Path:
         generate(folder, seed=config.seed, per_function=code.per_function, pairs=code.pairs,
                  impossible_share=code.impossible_share, progress=progress)  # fmt: skip
     return folder
+
+
+def heldout_sample(loaded: list[tuple[CodeTask, Path]], n: int | None, seed: int) -> list[tuple[CodeTask, Path]]:
+    """`n` of the test split's tasks, spread across functions: round-robin over the functions in a seeded order
+    (each function's tasks shuffled), the impossible tasks apart so that they keep their share of the split (at
+    least one where there are any). A user's task without `source.function` is a function of its own."""
+    rng = random.Random(seed)
+    test = [(spec, path) for spec, path in loaded if spec.split == "test"]
+    n = len(test) if n is None else min(n, len(test))  # eval_tasks None: all of them
+    impossible = [(spec, path) for spec, path in test if spec.impossible]
+    share = round(n * len(impossible) / max(len(test), 1))
+    if impossible and n > 1:  # at least one, so that `cheat_rate` is measured
+        share = max(share, 1)
+    picked = _round_robin(impossible, min(share, n), rng)
+    return picked + _round_robin([(s, p) for s, p in test if not s.impossible], n - len(picked), rng)
+
+
+def _round_robin(tasks: list[tuple[CodeTask, Path]], n: int, rng: random.Random) -> list[tuple[CodeTask, Path]]:
+    by_function: dict[tuple, list] = {}
+    for spec, path in tasks:
+        function = (spec.source.get("module"), spec.source.get("function", spec.id))
+        by_function.setdefault(function, []).append((spec, path))
+    queues = list(by_function.values())
+    rng.shuffle(queues)
+    for queue in queues:
+        rng.shuffle(queue)
+    picked = []
+    while len(picked) < n and any(queues):
+        picked += [queue.pop() for queue in queues if queue][: n - len(picked)]
+    return picked
 
 
 def code_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -109,13 +140,14 @@ class _CodeJob(main._Job):
         loaded = load_tasks(folder)
         written = folder / "stats.json"  # the generator's, with its candidates and rejections
         stats = json.loads(written.read_text()) if written.is_file() else statistics([t for t, _ in loaded])
-        tasks = [spec.task(path) for spec, path in loaded]
-        train = [t for t in tasks if t.split != "test"]
-        test = [t for t in tasks if t.split == "test"][: config.eval_tasks]
+        train = [spec.task(path) for spec, path in loaded if spec.split != "test"]
+        test = [spec.task(path) for spec, path in heldout_sample(loaded, config.eval_tasks, config.seed)]
         if not train or not test:
             raise ValueError(f"{folder}: the tasks need both splits: {len(train)} train, {len(test)} test")
         (out / "tasks.json").write_text(json.dumps({"folder": str(folder), "stats": stats}, indent=1))
-        limits = sandbox.Limits(wall_seconds=code.test_seconds, cpu_seconds=int(code.test_seconds))
+        limits = sandbox.Limits(
+            wall_seconds=code.test_seconds, cpu_seconds=int(code.test_seconds), workspace_mb=sandbox.WORKSPACE_MB
+        )
         self.agent = CodingAgent(code.max_turns, code.max_tokens, 1.0, code.summarise_at, code.summary_tokens, limits)
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)
@@ -190,7 +222,7 @@ class _CodeJob(main._Job):
         result = {k.removeprefix("code/"): v for k, v in code_metrics(episodes).items()}
         result |= {"episodes": len(episodes), "failed": sum(e.status == "failed" for e in episodes),
                    "policy_version": self.policy.version}  # fmt: skip
-        path.write_text(json.dumps(result, indent=1))
+        write_atomic(path, json.dumps(result, indent=1))  # a half-written one would stop `resume`
         return result
 
     def _episode_seconds(self) -> float:

@@ -265,8 +265,8 @@ class _Job:
         so the time of a start killed mid-phase stays in wall_seconds and the budget after a resume."""
         self._current = (name, time.perf_counter())
         result = await work()
-        if name not in self.seconds:
-            self.seconds[name] = self._phase_seconds()
+        if name not in self.seconds or f"{name} (unfinished)" in self.seconds:  # a finished phase may go on (resumed
+            self.seconds[name] = self.seconds.get(name, 0.0) + self._phase_seconds()  # with more sft.steps)
             self.seconds.pop(f"{name} (unfinished)", None)
             write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
         return result

@@ -4,6 +4,8 @@ tests, and self-summarisation recorded as one more call of the main conversation
 import asyncio
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from harnessrl.envs.code.expert import CodeExpert, fix_edits
@@ -99,3 +101,33 @@ def test_a_tampering_agent_is_flagged(task, tmp_path):  # noqa: F811
     assert "test_tampering" in scored.flags and scored.terms["hidden_tests"] == 0.0
     shutil.rmtree(tmp_path / "ws")
     assert Path(task[1] / "repo" / "tests" / "test_calc.py").read_text().count("add(2, 2) == 4") == 1
+
+
+def test_a_backtracking_search_stops_with_a_tool_error(task, tmp_path):  # noqa: F811
+    # `(a+)+b` on a line of 5,000 a's backtracks for hours: run in its own process, so a hang fails the test
+    (task[1] / "repo" / "slow.py").write_text("x = '" + "a" * 5000 + "'\n")
+    script = (
+        "import sys; from pathlib import Path; from harnessrl.envs.code.harness import CodingAgent, _Run;"
+        "from harnessrl.envs.code.tasks import load_task; folder = Path(sys.argv[1]);"
+        "run = _Run(CodingAgent(), load_task(folder).task(folder), Path(sys.argv[2]));"
+        "print(run.search_code('(a+)+b')); print(run.search_code('x = '))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(task[1]), str(tmp_path / "ws")], capture_output=True, text=True, timeout=60
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "error: the pattern took over 2 s (nested repeats backtrack); simplify it", done.stderr
+    assert lines[1].startswith("slow.py:1: x = 'aaa") and len(lines[1]) < 250  # an ordinary search still answers
+
+
+def test_list_files_and_read_file_outputs_are_capped_and_say_so(task, tmp_path):  # noqa: F811
+    for i in range(250):
+        (task[1] / "repo" / "data" / f"{i:03}.txt").parent.mkdir(exist_ok=True)
+        (task[1] / "repo" / "data" / f"{i:03}.txt").write_text("")
+    (task[1] / "repo" / "wide.py").write_text("x = 1\n" + "y = '" + "z" * 200_000 + "'\n")
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    listed = run.list_files().splitlines()
+    assert len(listed) == 201 and listed[-1] == "... and 53 more files (the first 200 are listed)"
+    read = run.read_file("wide.py")
+    assert read.startswith("1: x = 1\n2: y = 'zzz") and read.endswith(" [... 199806 more characters]")
+    assert len(read) < 300

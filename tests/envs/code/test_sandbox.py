@@ -2,6 +2,7 @@
 gives that guard (scripts/setup.sh installs bubblewrap; cgroups need root) and is skipped, by name,
 where it does not."""
 
+import os
 import socket
 import threading
 import time
@@ -62,6 +63,18 @@ def test_memory_bomb_fails_inside(tmp_path):
     result = sandbox.run(py("x = bytearray(4 * 1024**3); print('allocated')"), tmp_path, QUICK)
     assert result.exit_code != 0 and "MemoryError" in result.stderr and "allocated" not in result.stdout
     assert result.guards["memory"].startswith("rlimit_as")
+
+
+def test_a_workspace_filled_past_its_cap_fails_the_run_and_loses_what_the_run_wrote(tmp_path):
+    (tmp_path / "kept.py").write_text("x" * 300_000)  # the project's own file, older than the run
+    os.utime(tmp_path / "kept.py", (0, 0))
+    fill = "for i in range(6):\n    open(f'blob{i}.bin', 'wb').write(bytes(512 * 1024))\n"  # 3 MiB
+    result = sandbox.run(py(fill), tmp_path, Limits(wall_seconds=10, workspace_mb=2))
+    assert result.exit_code == 0 and result.disk_full
+    assert f"the run left {300_000 + 6 * 512 * 1024} bytes in the workspace, over the 2 MiB" in result.stderr
+    left = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert left <= 2 * 1024**2 and (tmp_path / "kept.py").stat().st_size == 300_000
+    assert not sandbox.run(py(fill), tmp_path, Limits(wall_seconds=10, workspace_mb=4)).disk_full  # under the cap
 
 
 def test_writes_outside_the_workspace_fail(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harnessrl.envs.code.score import MAX_DIFF_CHARS, MAX_FILE_BYTES, changes, score, shadows
-from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, load_task, load_tasks
+from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, hidden_test_names, load_task, load_tasks
 
 BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
 FIXED = BUGGY.replace("a - b", "a + b")
@@ -191,3 +191,85 @@ def test_bad_task_folders_are_named(tmp_path):
         load_task(tmp_path / "t")
     with pytest.raises(TaskFormatError, match="no task folders"):
         load_tasks(tmp_path / "t")
+
+
+SKIPPING = """import pytest
+from calc import add
+
+
+@pytest.mark.skip(reason="not on this platform")
+def test_add_skipped():
+    same(add(1, 1), 2)
+
+
+@pytest.mark.xfail(reason="floats do not add exactly")
+def test_add_floats():
+    assert add(0.1, 0.2) == 0.3
+"""
+
+
+def test_skips_agree_with_exit_zero_and_those_of_the_pristine_repo_count_for_nothing(task, tmp_path):
+    spec, folder = task
+    (folder / "hidden" / "tests" / "test_calc_skips.py").write_text(SKIPPING)
+    result = score(spec, folder, workspace(task, tmp_path, FIXED))  # the 3 target tests pass, 2 are skipped anyway
+    assert (result.passed, result.total, result.failure, result.invalid) == (3, 3, None, False), result
+    guarded = spec.model_copy(update={"target_tests": ["test_add_negative", "test_add_zero", "test_add_large"]})
+    result = score(guarded, folder, tmp_path / "ws")  # a guard skipped on the pristine repo too is no regression
+    assert (result.passed, result.regressions, result.invalid) == (3, 0, False), result
+    shutil.rmtree(tmp_path / "ws")  # code that skips the tests it cannot pass: skipped here only, so not passed
+    result = score(
+        spec, folder, workspace(task, tmp_path, 'import pytest\n\n\ndef add(a, b):\n    pytest.skip("no")\n')
+    )
+    assert (result.passed, result.total, result.invalid) == (0, 3, False), result
+
+
+CLASS_AND_ASYNC = """from calc import add
+
+
+class TestAdd:
+    def test_add_in_a_class(self):
+        assert add(1, 2) == 3
+
+    class TestNested:
+        def test_add_nested(self):
+            assert add(2, 3) == 5
+
+
+async def test_add_async():  # fails: no async plugin is loaded in the scoring run, yet it is named in the report
+    assert add(1, 2) == 3
+"""
+
+
+def test_class_and_async_hidden_tests_are_named_as_reported_and_unknown_targets_refused(task, tmp_path):
+    spec, folder = task
+    (folder / "hidden" / "tests" / "test_calc_class.py").write_text(CLASS_AND_ASYNC)
+    assert hidden_test_names(folder) == {"test_add_negative", "test_add_zero", "test_add_large",
+                                         "test_add_in_a_class", "test_add_nested", "test_add_async"}  # fmt: skip
+    result = score(spec, folder, workspace(task, tmp_path, FIXED))
+    assert not result.invalid and (result.passed, result.total) == (5, 6), result
+    assert result.outcomes["test_add_in_a_class"] == result.outcomes["test_add_nested"] == "passed"
+    (folder / "task.json").write_text(json.dumps({"id": "c", "issue": "i", "target_tests": ["test_add_negatve"]}))
+    with pytest.raises(
+        TaskFormatError, match=r"task.json: target_tests: not among the hidden tests: \['test_add_negatve'\]"
+    ):
+        load_task(folder)
+
+
+def test_a_folder_replaced_by_a_file_and_a_file_by_a_folder_are_applied(task, tmp_path):
+    spec, folder = task
+    (folder / "repo" / "pkg").mkdir()
+    (folder / "repo" / "pkg" / "__init__.py").write_text("")
+    (folder / "repo" / "notes.txt").write_text("notes\n")
+    ws = workspace(task, tmp_path, FIXED)
+    shutil.rmtree(ws / "pkg")
+    (ws / "pkg").write_text("now a file\n")
+    (ws / "notes.txt").unlink()
+    (ws / "notes.txt").mkdir()
+    (ws / "notes.txt" / "a.py").write_text("X = 1\n")
+    shutil.rmtree(ws / "tests")  # a file where the tests folder was: a test path, kept out
+    (ws / "tests").write_text("")
+    result = score(spec, folder, ws)
+    assert result.changes.applied == {"calc.py": "modified", "notes.txt/a.py": "added", "pkg/__init__.py": "deleted",
+                                      "notes.txt": "deleted", "pkg": "added"}  # fmt: skip
+    assert result.changes.dropped["tests"] == "added test path"
+    assert (result.passed, result.total, result.failure) == (3, 3, None), result

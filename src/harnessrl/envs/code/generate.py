@@ -30,6 +30,7 @@ from harnessrl.envs.code import sandbox
 from harnessrl.envs.code import score as scoring
 from harnessrl.envs.code.sandbox import Limits
 from harnessrl.envs.code.tasks import CodeTask, load_task
+from harnessrl.train.checkpoint import write_atomic
 
 LIBRARY = Path(__file__).with_name("library")
 _COMPARE = {ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">", ast.Eq: "!=", ast.NotEq: "=="}
@@ -253,7 +254,7 @@ def _save(out, kept, library, rng, impossible_share, test_share, candidates, rej
         (folder / "task.json").write_text(task.model_dump_json(indent=1))
         tasks.append((load_task(folder), folder))
     stats = statistics([t for t, _ in tasks], candidates, rejected)
-    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    write_atomic(out / "stats.json", json.dumps(stats, indent=1))  # the folder's completion mark: never half-written
     return tasks
 
 

@@ -16,12 +16,13 @@ of the loss (the ablation).
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import openai
+import regex
 
 from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.score import python_argv, regular_files, score, too_big
@@ -36,7 +37,11 @@ SUMMARISE = (
 )
 _MAX_LINES = 60
 _MAX_OUTPUT = 1500
-_MAX_LINE = 200  # characters of one search_code hit
+_MAX_LINE = 200  # characters of one search_code hit or read_file line
+_MAX_FILES = 200  # paths list_files shows
+_MAX_HITS = 20
+_SEARCH_LINE = 2000  # characters of a line search_code matches against
+_SEARCH_SECONDS = 2.0  # one search_code call's regex time: `(a+)+b` on a long line would run for hours
 
 
 class CodingAgent:
@@ -47,7 +52,9 @@ class CodingAgent:
         temperature: float = 1.0,
         summarise_at: int | None = None,
         summary_tokens: int = 96,
-        limits: sandbox.Limits = sandbox.Limits(wall_seconds=30, cpu_seconds=30, memory_mb=1024, processes=32),
+        limits: sandbox.Limits = sandbox.Limits(
+            wall_seconds=30, cpu_seconds=30, memory_mb=1024, processes=32, workspace_mb=sandbox.WORKSPACE_MB
+        ),
     ):
         self.max_turns, self.max_tokens, self.temperature = max_turns, max_tokens, temperature
         self.summarise_at, self.summary_tokens, self.limits = summarise_at, summary_tokens, limits
@@ -81,28 +88,38 @@ class _Run:
 
     def list_files(self) -> str:
         """List the project's files."""
-        return "\n".join(str(p.relative_to(self.workspace)) for p in regular_files(self.workspace))
+        paths = [str(p.relative_to(self.workspace)) for p in regular_files(self.workspace)]
+        more = len(paths) - _MAX_FILES
+        return "\n".join(
+            paths[:_MAX_FILES] + [f"... and {more} more files (the first {_MAX_FILES} are listed)"] * (more > 0)
+        )
 
     def read_file(self, path: str, start: int = 1, end: int | None = None) -> str:
         """Read lines start..end of a file (numbered)."""
         lines = self._path(path).read_text().splitlines()
         end = min(end or len(lines), len(lines), start + _MAX_LINES - 1)
-        return "\n".join(f"{n}: {lines[n - 1]}" for n in range(max(start, 1), end + 1)) or "(no lines)"
+        return "\n".join(f"{n}: {_cut(lines[n - 1])}" for n in range(max(start, 1), end + 1)) or "(no lines)"
 
     def search_code(self, pattern: str) -> str:
         """Lines matching a regex, as path:line: text."""
         try:
-            regex = re.compile(pattern, re.I)
-        except re.error as exc:
+            compiled = regex.compile(pattern, regex.I)
+        except regex.error as exc:
             return f"error: bad pattern: {exc}"
-        hits = [
-            f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}"
-            for p in regular_files(self.workspace)
-            if p.suffix == ".py" and not too_big(p)
-            for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1)
-            if regex.search(line)
-        ]
-        return "\n".join(hits[:20]) or "no matches"
+        hits, deadline = [], time.monotonic() + _SEARCH_SECONDS
+        for p in regular_files(self.workspace):
+            if p.suffix != ".py" or too_big(p):
+                continue
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1):
+                try:
+                    found = compiled.search(line[:_SEARCH_LINE], timeout=max(deadline - time.monotonic(), 0.001))
+                except TimeoutError:
+                    return f"error: the pattern took over {_SEARCH_SECONDS:g} s (nested repeats backtrack); simplify it"
+                if found:
+                    hits.append(f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}")
+                if len(hits) == _MAX_HITS:
+                    return "\n".join(hits)
+        return "\n".join(hits) or "no matches"
 
     def edit_file(self, path: str, search: str, replace: str) -> str:
         """Replace the exact text `search` (it must occur once) with `replace` in a file."""
@@ -137,6 +154,7 @@ class _Run:
         self.commands.append(" ".join(command))
         result = sandbox.run(command, self.workspace, self.agent.limits)
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+        status += " (the workspace passed its disk cap: files the tests wrote were removed)" * result.disk_full
         return f"{status}\n{(result.stdout + result.stderr)[-_MAX_OUTPUT:]}"
 
     def submit(self) -> str:
@@ -202,3 +220,8 @@ class _Run:
         if target.exists() and not target.is_file():  # a folder, or a FIFO the agent's code made: never opened
             raise ValueError(f"{path} is not a regular file")
         return target
+
+
+def _cut(line: str) -> str:
+    """A line shortened to _MAX_LINE characters, saying so."""
+    return line if len(line) <= _MAX_LINE else f"{line[:_MAX_LINE]} [... {len(line) - _MAX_LINE} more characters]"

@@ -12,7 +12,9 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 | memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
-CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`). The command runs in its own
+CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`); with `Limits.workspace_mb` the
+workspace's size is measured after the run, and over the cap the files the run wrote are removed (largest
+first) and `disk_full` is set (the disk is not capped during the run: no quota). The command runs in its own
 session inside a PID namespace (`--unshare-pid --die-with-parent`); when it ends or times out every
 process of its cgroup, its process group, and any process carrying its marker in the environment is
 killed, and `survivors` counts those still alive a second later (0 is the contract).
@@ -39,6 +41,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _OUTPUT_LIMIT = 64_000  # characters of stdout / stderr kept (the tail)
+WORKSPACE_MB = 256  # the coding agent's workspace cap (`Limits.workspace_mb`): many 64 MiB files fill a disk
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Limits:
     memory_mb: int = 1024
     processes: int = 64
     file_mb: int = 64
+    workspace_mb: int | None = None  # checked after the run, the excess removed; None: unchecked (not its own folder)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class SandboxResult:
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
+    disk_full: bool = False  # the workspace held over `workspace_mb` after the run (the excess was removed)
 
     def summary(self) -> dict:
         """The line `harnessrl sandbox` prints last."""
@@ -95,7 +100,7 @@ def run(
         **(env or {}),
         "HARNESSRL_SANDBOX": marker,
     }
-    started = time.monotonic()
+    started, wall_started = time.monotonic(), time.time()
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         given.write(stdin.encode())
         given.seek(0)
@@ -112,7 +117,34 @@ def run(
         stdout, stderr = _tail(out), _tail(err)
     if cgroup:
         cgroup.remove()
-    return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds)
+    held = _trim_workspace(workspace, limits.workspace_mb * 1024 * 1024, wall_started) if limits.workspace_mb else 0
+    if held:
+        stderr += f"\nsandbox: the run left {held} bytes in the workspace, over the {limits.workspace_mb} MiB it may "
+        stderr += "hold: files it wrote were removed, largest first"
+    return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(held))
+
+
+def _trim_workspace(workspace: Path, cap: int, started: float) -> int:
+    """The bytes the workspace held where over `cap` (0 otherwise), after removing its files (those the run
+    wrote first, then the largest; links never followed) until it is under the cap."""
+    files = []
+    for folder, _, names in os.walk(workspace):
+        for name in names:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            files.append((info.st_mtime >= started, info.st_size, path))
+    held = total = sum(size for _, size, _ in files)
+    if held <= cap:
+        return 0
+    for _, size, path in sorted(files, reverse=True):  # written in the run, then largest, first
+        try:
+            os.unlink(path)
+            total -= size
+        except OSError:  # a folder the run made read-only (where not root): the next file
+            continue
+        if total <= cap:
+            break
+    return held
 
 
 # ---- isolation -------------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def changes(pristine: Path, workspace: Path) -> Changes:
         if old is not None and new is not None and _same(old, new):
             continue
         kind = "added" if old is None else "deleted" if new is None else "modified"
-        if TEST_PATH.search(path):
+        if TEST_PATH.search(path) or TEST_PATH.search(path + "/"):  # a file `tests` would replace the tests folder
             result.dropped[path] = f"{kind} test path"
             continue
         if kind == "added" and (shadowed := shadows(path, pristine)):
@@ -165,37 +165,66 @@ def changes(pristine: Path, workspace: Path) -> Changes:
 
 
 def score(task: CodeTask, folder: Path, workspace: Path, limits: sandbox.Limits = sandbox.Limits()) -> Score:
-    """Apply the workspace's non-test changes to a fresh copy, add the hidden tests, run them, read the report."""
+    """Apply the workspace's non-test changes to a fresh copy, add the hidden tests, run them, read the report.
+    A test skipped here and on the pristine repo too (a skip mark, a missing optional package) counts for
+    nothing: it leaves the target and the regression guards."""
     expected = hidden_test_names(folder)
     target = set(task.target_tests) or expected
+    found = changes(folder / "repo", workspace)
+    result = _read_report(*_run_hidden(task, folder, workspace, found, limits), expected, target)
+    if result.failure is None and "skipped" in result.outcomes.values():  # the pristine repo's run says which count
+        pristine = _read_report(*_run_hidden(task, folder, workspace, Changes(), limits), expected, target).outcomes
+        skipped = {t for t, outcome in result.outcomes.items() if outcome == pristine.get(t) == "skipped"}
+        if target - skipped:
+            result = _counted(result.outcomes, expected - skipped, target - skipped, result.seconds, result.guards)
+        else:
+            result.failure = "every target test is skipped, on the pristine repo too"
+    result.changes = found
+    return result
+
+
+def _run_hidden(
+    task: CodeTask, folder: Path, workspace: Path, found: Changes, limits: sandbox.Limits
+) -> tuple[sandbox.SandboxResult, str]:
+    """The hidden tests run on a fresh copy of repo/ with the `found` changes of the workspace; the run and its nonce."""
     with tempfile.TemporaryDirectory(prefix="harnessrl-score-") as tmp:
         root = Path(tmp) / "repo"
         shutil.copytree(folder / "repo", root, symlinks=False)
-        found = changes(folder / "repo", workspace)
-        for path, kind in found.applied.items():
-            if kind == "deleted":
-                (root / path).unlink(missing_ok=True)
-            else:
-                (root / path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(workspace / path, root / path)
-        shutil.copytree(folder / "hidden", root, dirs_exist_ok=True)
-        hidden = sorted(str(p.relative_to(folder / "hidden")) for p in (folder / "hidden").rglob("*.py"))
+        for path, kind in sorted(found.applied.items(), key=lambda item: item[1] != "deleted"):  # deletions first
+            _put(root, path, None if kind == "deleted" else workspace / path)
+        hidden = folder / "hidden"
+        for path in sorted(p for p in hidden.rglob("*") if p.is_file()):
+            _put(root, str(path.relative_to(hidden)), path)
         support = Path(tmp) / "support"  # beside the tested tree, mounted read-only in the run
         support.mkdir()
         (support / "harnessrl_report.py").write_text(PLUGIN)
         (support / "pytest.ini").write_text(INI)
         nonce = secrets.token_hex(16)
+        tests = sorted(str(p.relative_to(hidden)) for p in hidden.rglob("*.py"))
         command = [
             *python_argv(task.test_command), "-c", str(support / "pytest.ini"), "--rootdir", str(root),
             "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN",
-            "--disable-warnings", *hidden,
+            "--disable-warnings", *tests,
         ]  # fmt: skip
         # PYTHONSAFEPATH: `-m` does not put the repo first on the path; the plugin's folder comes first
         env = {"PYTHONPATH": f"{support}:{root}", "PYTHONSAFEPATH": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        run = sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support])
-    result = _read_report(run, nonce, expected, target)
-    result.changes = found
-    return result
+        return sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support]), nonce
+
+
+def _put(root: Path, path: str, source: Path | None) -> None:
+    """Copy `source` to root/path (delete it where None), first removing whatever is in the way: a folder where
+    the file goes (pkg/ replaced by a file pkg), a file where one of its folders goes (notes.txt/a.py)."""
+    target = root / path
+    for above in reversed(Path(path).parents[:-1]):
+        if (root / above).is_file():
+            (root / above).unlink()
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink(missing_ok=True)
+    if source is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
 
 
 def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], target: set[str]) -> Score:
@@ -204,6 +233,8 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
 
     if run.timed_out:
         return failed(f"the hidden tests timed out ({run.seconds:.0f} s)", invalid=False)
+    if run.disk_full:
+        return failed("the hidden tests' run wrote more than the workspace may hold", invalid=False)
     lines = [line[len(MARK) :] for line in run.stdout.splitlines() if line.startswith(MARK)]
     if len(lines) != 1:
         return failed(f"{len(lines)} report lines (exit code {run.exit_code}); expected exactly 1")
@@ -223,13 +254,18 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
         return failed(f"the report names {len(tests or {})} tests, not the {len(expected)} hidden ones {extra}")
     if not set(tests.values()) <= OUTCOMES:
         return failed(f"unknown outcomes in the report: {sorted(set(tests.values()) - OUTCOMES)}")
-    all_passed = all(v == "passed" for v in tests.values())
-    if report.get("exitstatus") != run.exit_code or (run.exit_code == 0) != all_passed:
+    exit_zero = all(v in ("passed", "skipped") for v in tests.values())  # pytest exits 0 on skips and xfails too
+    if report.get("exitstatus") != run.exit_code or (run.exit_code == 0) != exit_zero:
         return failed(f"exit code {run.exit_code} does not agree with the report ({report.get('exitstatus')})")
+    return _counted(tests, expected, target, run.seconds, run.guards)
+
+
+def _counted(tests: dict[str, str], expected: set[str], target: set[str], seconds: float, guards: dict) -> Score:
+    """Target tests passed, and the other hidden tests that did not pass (regressions)."""
     passed = sum(tests[t] == "passed" for t in target)
     others = expected - target
     regressions = sum(tests[t] != "passed" for t in others)
-    return Score(passed, len(target), regressions, len(others), outcomes=tests, seconds=run.seconds, guards=run.guards)
+    return Score(passed, len(target), regressions, len(others), outcomes=tests, seconds=seconds, guards=guards)
 
 
 def _reject_constant(name: str):

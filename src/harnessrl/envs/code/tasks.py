@@ -71,8 +71,11 @@ def load_task(folder: Path) -> CodeTask:
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
-    if not hidden_test_names(folder):
+    names = hidden_test_names(folder)
+    if not names:
         raise TaskFormatError(f"{folder / 'hidden'}: no test functions (test_*) in any .py file")
+    if unknown := sorted(set(task.target_tests) - names):
+        raise TaskFormatError(f"{spec}: target_tests: not among the hidden tests: {unknown}")
     return task
 
 
@@ -85,9 +88,20 @@ def load_tasks(root: Path) -> list[tuple[CodeTask, Path]]:
 
 
 def hidden_test_names(folder: Path) -> set[str]:
-    """Test function names defined in hidden/ (top level of each .py file), read without running anything."""
+    """The hidden tests' names as the report names them (`test_b` for `TestA::test_b`, parameters dropped):
+    `test*` functions, plain or async, at the top level of each .py file and in its `Test*` classes (nested
+    ones too), read without running anything."""
     names = set()
     for path in (folder / "hidden").rglob("*.py"):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")}
+        names |= _test_names(ast.parse(path.read_text(), filename=str(path)).body)
+    return names
+
+
+def _test_names(body: list[ast.stmt]) -> set[str]:
+    names = set()
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            names |= _test_names(node.body)
     return names
