@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import socket
 import subprocess
 import threading
+import time
 
 from harnessrl.policy import Policy
 from tests.conftest import cli
@@ -44,10 +46,14 @@ def test_policies_sharing_a_sync_folder_write_apart_and_clean_up(tmp_path):
         dead = _dead_pid()  # a run killed before its close left its model copy
         host = socket.gethostname()
         (tmp_path / f"run-{host}-{dead}-0123abcd" / "v3").mkdir(parents=True)
+        (tmp_path / f"run-{host}-{dead}-4567abcd").mkdir()  # touched within the hour: kept (another PID namespace?)
+        hour_ago = time.time() - 3700
+        os.utime(tmp_path / f"run-{host}-{dead}-0123abcd", (hour_ago, hour_ago))
         (tmp_path / f"run-elsewhere-{dead}-0123abcd").mkdir()  # another host's: not checkable from here, kept
         one, two = (Policy.load("tiny", vllm_url=url, sync_dir=tmp_path) for _ in range(2))
         assert not (tmp_path / f"run-{host}-{dead}-0123abcd").exists()
         (tmp_path / f"run-elsewhere-{dead}-0123abcd").rmdir()
+        (tmp_path / f"run-{host}-{dead}-4567abcd").rmdir()
         assert one.engine.sync_dir.parent == two.engine.sync_dir.parent == tmp_path
         assert one.engine.sync_dir != two.engine.sync_dir and one.engine.sync_dir.is_dir()
         (one.engine.sync_dir / "v1").mkdir()  # a synced version

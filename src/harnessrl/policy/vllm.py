@@ -14,7 +14,7 @@ server must run with
   entries computed by older weights are never reused;
 - weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/RUN/vN` (a
   folder the server sees; RUN is this engine's own, `run-HOST-PID-XXXXXXXX`, so runs sharing a `sync_dir` never
-  load each other's weights, and a run's start removes the folders of this host's runs whose process is gone; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
+  load each other's weights, and a run's start removes the folders of this host's runs whose process is gone, untouched for an hour; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
 - verification of every sync: the server's per-tensor weight checksums (POST /weight_checker) must
   change when the weights changed (a sync that silently did not happen fails here), and the prompt
   logprobs of a fixed probe sequence from vLLM must match the trainer's weights computed here within
@@ -33,6 +33,7 @@ import re
 import shutil
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 VLLM_API = ">=0.11,<0.40"  # the vLLM versions whose HTTP API this module follows
 PROBE = list(range(5, 69))  # a fixed token sequence whose prompt logprobs check a sync
+DEAD_RUN_SECONDS = 3600  # a dead run's sync folder is removed once untouched this long
 
 
 class SyncError(RuntimeError):
@@ -53,11 +55,14 @@ class SyncError(RuntimeError):
 
 
 def _remove_dead_runs(sync_dir: Path) -> None:
-    """Sync folders (each a copy of the model) of killed runs on this host: their process is gone. A folder of
-    another host (a sync_dir shared over the network) is never touched: its process cannot be checked from here."""
+    """Sync folders (each a copy of the model) of killed runs on this host: their process is gone and the folder
+    untouched for DEAD_RUN_SECONDS (a live run syncs at every update; the wait also spares a run in another PID
+    namespace under the same host name). Another host's folders (a sync_dir shared over the network) are never
+    touched: their processes cannot be checked from here."""
     mine = re.compile(rf"run-{re.escape(socket.gethostname())}-(\d+)-[0-9a-f]{{8}}")
     for folder in sync_dir.glob("run-*") if sync_dir.is_dir() else ():
-        if (match := mine.fullmatch(folder.name)) and not _alive(int(match[1])):
+        match = mine.fullmatch(folder.name)
+        if match and not _alive(int(match[1])) and time.time() - folder.stat().st_mtime > DEAD_RUN_SECONDS:
             log.warning("vLLM sync: removing %s, left by a run that ended without closing", folder)
             shutil.rmtree(folder, ignore_errors=True)
 
