@@ -47,6 +47,24 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     assert "only prune_chunks and answer" in run._usage()
 
 
+def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_path):
+    docs = [
+        Doc(id="page#History", title="History", text="Founded in 1901 by Ada.\n\nMoved to Oslo in 1950.\n[1] Notes."),
+        Doc(id="other", text="Nothing to see " + "a" * 40 + "b."),
+    ]
+    idx = SearchIndex(docs, tmp_path / "chroma")
+    run = _Run(SearchAgent(idx, context_budget=100), Task(id="t", prompt="When?", data={"answer": "1901"}))
+    run.messages.append({"role": "tool", "content": f"{run.read_document('page#History')}\n{run._usage()}"})
+    assert "Moved to Oslo" in run.messages[-1]["content"]
+    assert run.prune_chunks(["page#History"]) == "pruned 1"
+    assert run.messages[-1]["content"] == run._usage()  # every paragraph gone, the usage line kept
+    run.used = 60  # over half: nothing of the pruned document is suggested for pruning again
+    assert "consider prune_chunks([])" in run._usage()
+    # a backtracking pattern (re would hold the GIL for hours, past any tool timeout) is a tool error in seconds
+    with pytest.raises(ValueError, match="the pattern took over 2 s"):
+        idx.grep(r"\b(a|aa)+\b\.", k=5)
+
+
 def test_context1_reward_by_hand():
     assert f_beta({"a", "b"}, {"a"}, beta=1.0) == pytest.approx(2 * 0.5 * 1 / 1.5)
     assert f_beta({"x"}, {"a"}, beta=4.0) == 0.0

@@ -44,6 +44,19 @@ def test_jsonl_errors_name_file_line_and_field(tmp_path):
 def test_answers_match_normalises():
     assert answers_match(" Venzel. ", "venzel") and answers_match("Baker!", "baker")
     assert not answers_match("Venzela", "Venzel") and not answers_match(None, "x")
+    assert answers_match("1987.", "1987") and answers_match("1,000", "1000")  # a number's own marks stay
+    assert not answers_match("314", "3.14") and not answers_match("5", "-5") and not answers_match("", "?")
+
+
+def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tmp_path):
+    corpus, tasks = dump_synthetic(tmp_path)
+    lines = tasks.read_text().splitlines()
+    tasks.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n")
+    with pytest.raises(DataError, match=r"task id '.+' in tasks 1 and 3: ids must be unique"):
+        load(corpus, tasks)
+    tasks.write_text(json.dumps(dict(json.loads(lines[0]), answer="?")) + "\n")
+    with pytest.raises(TraceLineError, match=r"line 1: answer: Value error, has no letter or digit"):
+        load(corpus, tasks)
 
 
 def test_hybrid_search_finds_gold_chunks_and_skips_shown_ones(tmp_path):

@@ -1,5 +1,6 @@
 import asyncio
 import json
+import threading
 
 from harnessrl.harness import Toolbox, tool_schema
 
@@ -17,6 +18,20 @@ async def lookup(name: str, limit: int = 3) -> list[str]:
 def explode(city: str) -> str:
     """Always fails."""
     raise KeyError(city)
+
+
+RELEASE = threading.Event()
+
+
+def stuck(seconds: float) -> str:
+    """Blocks its thread (a tool that cannot be cancelled)."""
+    RELEASE.wait(seconds)
+    return "late"
+
+
+def quick() -> str:
+    """Answers at once."""
+    return "ok"
 
 
 async def slow(seconds: float) -> str:
@@ -52,3 +67,15 @@ async def test_bad_calls_and_crashing_or_hanging_tools_become_observations():
     for (name, args), expected in cases.items():
         text, ok = await box.call(name, args)
         assert not ok and text.startswith("error:") and expected in text, text
+
+
+async def test_blocking_tools_that_time_out_do_not_starve_the_next_calls():
+    """A thread cannot be stopped: eight blocking calls past their timeout still hold theirs. The next call runs at
+    once (the loop's pool has 6 workers on 2 cores: it would queue behind them and time out unrun)."""
+    box = Toolbox([stuck, quick], timeout=0.2)
+    try:
+        for _ in range(8):
+            assert await box.call("stuck", '{"seconds": 30}') == ("error: stuck timed out after 0.2 s", False)
+        assert await box.call("quick", "{}") == ("ok", True)
+    finally:
+        RELEASE.set()

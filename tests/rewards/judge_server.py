@@ -2,7 +2,9 @@
 
 The `model` field picks the behaviour: `exact` scores 1 an answer containing "correct" and 0
 otherwise; `biased` adds 0.3 to whichever answer comes first; `garbage` replies with prose; `slow`
-sleeps past any short timeout; `flaky` fails every first attempt at a prompt with a 500.
+sleeps past any short timeout; `flaky` fails every first attempt at a prompt with a 500. Malformed
+replies: `duplicate_ids` scores answer 0 twice, `string_scores` writes "1", `bool_scores` writes true;
+malformed completions: `no_choices` (`choices: []`), `not_json`; `null_usage` (`prompt_tokens: null`, which the judge tolerates).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import re
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 _ANSWER = re.compile(r"<answer id=(\d+)>\n(.*?)\n</answer>", re.S)
 
@@ -39,13 +41,23 @@ def judge_app() -> FastAPI:
         ]
         if model == "biased" and scores:
             scores[0]["score"] = min(1.0, scores[0]["score"] + 0.3)
+        if model == "duplicate_ids":
+            scores.append({**scores[0], "score": 1.0 - scores[0]["score"]})
+        if model in ("string_scores", "bool_scores"):
+            scores = [
+                {**s, "score": str(int(s["score"])) if model == "string_scores" else bool(s["score"])} for s in scores
+            ]
+        if model == "not_json":
+            return PlainTextResponse("upstream busy")
         content = (
             "They all look fine to me." if model == "garbage" else "Here you go: " + json.dumps({"scores": scores})
         )
+        choices = [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(content.split()), "total_tokens": 0}
         return {
             "id": "judge-1", "object": "chat.completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(content.split()), "total_tokens": 0},
+            "choices": [] if model == "no_choices" else choices,
+            "usage": {**usage, "prompt_tokens": None} if model == "null_usage" else usage,
         }  # fmt: skip
 
     return app

@@ -135,3 +135,40 @@ def test_judge_calibrate_cli(judge_server, tmp_path):
     config.write_text("base_url: x\nmodle: typo\n")
     bad = cli("judge-calibrate", "--episodes", data, "--judge", config)
     assert bad.exit_code == 2 and "modle" in bad.stderr
+
+
+async def _fails_as_unparseable(server, model: str, reason: str) -> None:
+    judge = Judge(_config(server, model, retries=1))
+    breakdowns = await Reward([judge.term()]).score_group(_group())
+    assert all(b.failure and "judge failed after 2 attempts: unparseable" in b.failure for b in breakdowns)
+    assert reason in breakdowns[0].failure, breakdowns[0].failure
+    assert judge.usage.failures == 1 and judge.usage.calls == 2  # retried once, then recorded
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("duplicate_ids", "expected ids 0..3 once each, got [0, 0, 1, 2, 3]"),
+        ("string_scores", "scores.0.score: Input should be a valid number"),
+        ("bool_scores", "scores.0.score: Input should be a valid number"),
+    ],
+)
+async def test_verdicts_with_repeated_ids_or_scores_that_are_not_numbers_are_unparseable(judge_server, model, reason):
+    await _fails_as_unparseable(judge_server, model, reason)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        ("no_choices", "choices: List should have at least 1 item"),
+        ("not_json", "Invalid JSON: expected value at line 1 column 1 in the server's answer 'upstream busy'"),
+    ],
+)
+async def test_malformed_completions_are_recorded_failures_naming_the_answer(judge_server, model, reason):
+    await _fails_as_unparseable(judge_server, model, reason)
+
+
+async def test_a_verdict_whose_server_counts_no_prompt_tokens_still_scores(judge_server):
+    judge = Judge(_config(judge_server, "null_usage", retries=0))  # `prompt_tokens: null`, as some servers send
+    breakdowns = await Reward([judge.term()]).score_group(_group())
+    assert not any(b.failure for b in breakdowns) and judge.usage.prompt_tokens == 0 < judge.usage.completion_tokens

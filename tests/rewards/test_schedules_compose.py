@@ -48,3 +48,27 @@ def test_gates_caps_clamp_and_flags():
     assert won.flags == ["repetition"]
     with pytest.raises(ValueError, match="unknown term 'missing'"):
         Reward([Term("a", lambda e: 0.0, gate="missing")])
+
+
+async def test_async_and_group_terms_get_the_step_when_they_ask_for_it():
+    async def annealed(episode, step):
+        return 1.0 - step / 100
+
+    async def group_annealed(episodes, step):
+        return [step / 100] * len(episodes)
+
+    reward = Reward([Term("each", annealed, with_step=True), Term("group", group_annealed, group=True, with_step=True)])
+    (scored,) = await reward.score_group([_episode("x", True)], step=25)
+    assert scored.values == {"each": 0.75, "group": 0.25} and scored.failure is None
+
+
+def test_gates_then_caps_whatever_the_order_of_the_terms():
+    judge = Term("judge", lambda e: 1.0, 0.3, cap="outcome")  # paid 0.3 above a gated-out outcome before the fix
+    outcome = Term("outcome", lambda e: float(e.outcome.success), gate="format")
+    style = Term("style", lambda e: 1.0, 0.2, cap="judge")  # a cap of a capped term
+    fmt = Term("format", lambda e: 0.0)
+    for terms in ([judge, outcome, style, fmt], [fmt, style, outcome, judge], [style, judge, fmt, outcome]):
+        scored = Reward(terms).score(_episode("a", True))
+        assert scored.terms == {"judge": 0.0, "outcome": 0.0, "style": 0.0, "format": 0.0}, [t.name for t in terms]
+    with pytest.raises(ValueError, match="caps form a cycle: a -> b -> a"):
+        Reward([Term("a", lambda e: 0.0, cap="b"), Term("b", lambda e: 0.0, cap="a")])

@@ -8,6 +8,7 @@ import openai
 import pytest
 
 from harnessrl.gateway import GatewayClient, create_app
+from harnessrl.gateway.client import GatewayError
 from harnessrl.harness import Toolbox
 from harnessrl.policy import Policy
 from harnessrl.rewards import Reward, weighted
@@ -37,6 +38,8 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         raise RuntimeError("the harness hit a bug")
     if task.data.get("hang"):
         await asyncio.sleep(60)
+    if task.data.get("timeout_error"):  # the harness's own timeout (a tool's socket), not the engine's
+        raise TimeoutError("the weather API did not answer")
     if idle := task.data.get("idle"):  # e.g. a slow tool before the first call: the session may expire meanwhile
         await asyncio.sleep(idle)
     messages = [{"role": "user", "content": task.prompt}]
@@ -73,9 +76,11 @@ def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(se
         ok = await engine.group(Task(id="ok", prompt="Time in Oslo?"))
         crash = await engine.group(Task(id="crash", prompt="x", data={"crash": True}))
         hang = await impatient.group(Task(id="hang", prompt="x", data={"hang": True}))
-        return ok, crash, hang
+        own = await impatient.group(Task(id="own", prompt="x", data={"timeout_error": True}))
+        return ok, crash, hang, own
 
-    ok, crash, hang = asyncio.run(run())
+    ok, crash, hang, own = asyncio.run(run())
+    assert all(e.failure_reason == "harness raised TimeoutError: the weather API did not answer" for e in own)
     assert all(e.status == "finished" and len(e.calls) == 2 and "e_share" in e.reward.terms for e in ok)
     assert all(
         e.status == "failed" and "harness raised RuntimeError: the harness hit a bug" == e.failure_reason for e in crash
@@ -85,7 +90,34 @@ def test_a_group_records_failures_with_their_reasons_and_scores_them_negative(se
         for e in hang
     )
     assert engine.counts == {"episodes": 6, "failed": 3, "timeouts": 0, "dropped_stale": 0, "expired": 0}
-    assert impatient.counts == {"episodes": 3, "failed": 3, "timeouts": 3, "dropped_stale": 0, "expired": 0}
+    assert impatient.counts == {"episodes": 6, "failed": 6, "timeouts": 3, "dropped_stale": 0, "expired": 0}
+
+
+async def test_a_group_whose_episode_cannot_start_leaves_no_sibling_running(setup, tmp_path):
+    """The gateway's store refuses the second episode of a group (503): the others are cancelled and deleted, not
+    run on for a group no one will score."""
+    import sqlalchemy as sa
+
+    from harnessrl.loop.store import Store
+
+    class Refusing(Store):  # the real store, down for the second episode it is asked to create
+        created = 0
+
+        def add_episode(self, *args, **kwargs):
+            self.created += 1
+            if self.created == 2:
+                raise sa.exc.OperationalError("INSERT INTO episodes", {}, Exception("database is locked"))
+            super().add_episode(*args, **kwargs)
+
+    policy, _, reward = setup
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN, recorder=Refusing(tmp_path / "t.db")))
+    engine = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=4, episode_timeout=60))
+    with pytest.raises(GatewayError, match="503"):
+        await engine.group(Task(id="slow", prompt="x", data={"idle": 5}))
+    await asyncio.sleep(0.2)
+    running = [e for e in (await gateway._request("GET", "/v1/episodes"))["data"] if e["status"] == "running"]
+    assert engine.counts["episodes"] == 0 and running == []
+    await gateway.aclose()
 
 
 @pytest.mark.parametrize("store", [False, True])

@@ -8,9 +8,11 @@ raises or times out becomes an error observation for the model — never a crash
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +67,7 @@ class Toolbox:
             if inspect.iscoroutinefunction(self.tools[name]):
                 result = await asyncio.wait_for(adapter.validate_python(args), self.timeout)
             else:  # a blocking tool must not stall every other episode on the event loop
-                result = await asyncio.wait_for(asyncio.to_thread(adapter.validate_python, args), self.timeout)
+                result = await asyncio.wait_for(_in_thread(adapter.validate_python, args), self.timeout)
         except json.JSONDecodeError as exc:
             return f"error: arguments are not valid JSON: {exc.msg}", False
         except ValidationError as exc:
@@ -77,3 +79,30 @@ class Toolbox:
         except Exception as exc:  # the tool's own bug is an observation, not a crash
             return f"error: {name} raised {type(exc).__name__}: {exc}", False
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str), True
+
+
+def _in_thread(fn: Callable, *args) -> asyncio.Future:
+    """`fn(*args)` in a daemon thread of its own, not the loop's pool: a blocking tool that outlives its timeout
+    (a thread cannot be stopped) holds no pool worker, so later calls neither queue behind it nor time out waiting,
+    and it does not keep the process from exiting. It may still finish late and change its harness's state: a
+    tool that can hang should bound itself (a subprocess with a timeout)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result, error) -> None:
+        if not future.done():  # abandoned by its timeout
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome = (context.run(fn, *args), None)
+        except BaseException as exc:  # the tool's own error: the caller's observation
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed while the tool ran
+            pass
+
+    threading.Thread(target=run, daemon=True, name=f"tool-{getattr(fn, '__name__', 'call')}").start()
+    return future

@@ -3,6 +3,8 @@
 A term is a plain function of an Episode (or, for group judges, an async function of the whole
 group). Weights may follow schedules. A gated term counts only when another term passes; a capped
 term never exceeds another term's weighted value (a judge cannot outscore the verified outcome).
+Gates are applied before caps, and a cap reads the term it refers to after that term's own gate and
+cap, so the order of the terms does not change the reward.
 Detector terms also raise a flag when they fire, logged as `hacking/<flag>`.
 """
 
@@ -31,7 +33,7 @@ class Term:
     gate_threshold: float = 1.0
     cap: str | None = None  # weighted value capped at this other term's weighted value
     flag: bool = False  # a hacking detector: raw value != 0 raises flag `name`
-    with_step: bool = False  # fn(episode, step): the term itself changes over training (e.g. an annealed beta)
+    with_step: bool = False  # fn(episode, step), or fn(episodes, step) for a group term: the term changes over training
 
     def weight_at(self, step: int) -> float:
         return self.weight.value(step) if isinstance(self.weight, Schedule) else self.weight
@@ -46,6 +48,7 @@ class Reward:
             for other in (t.gate, t.cap):
                 if other is not None and other not in names:
                     raise ValueError(f"term {t.name!r} refers to unknown term {other!r}")
+        _cap_depths(terms)  # a cycle of caps is refused now
         self.terms, self.clamp = terms, clamp
 
     async def score_group(self, episodes: list[Episode], step: int = 0) -> list[RewardBreakdown]:
@@ -78,9 +81,11 @@ class Reward:
     def _combine(self, raw: dict[str, float], step: int, failure: str | None) -> RewardBreakdown:
         weights = {t.name: t.weight_at(step) for t in self.terms}
         terms = {t.name: raw[t.name] * weights[t.name] for t in self.terms}
-        for t in self.terms:
+        for t in self.terms:  # a gate reads raw values, which nothing changes
             if t.gate is not None and raw[t.gate] < t.gate_threshold:
                 terms[t.name] = 0.0
+        depth = _cap_depths(self.terms)  # of the terms now (a caller may have appended one)
+        for t in sorted(self.terms, key=lambda t: depth[t.name]):  # the capping term is final already
             if t.cap is not None:
                 terms[t.name] = min(terms[t.name], terms[t.cap])
         total = sum(terms.values())
@@ -90,14 +95,28 @@ class Reward:
         return RewardBreakdown(total=total, terms=terms, weights=weights, values=raw, flags=flags, failure=failure)
 
 
+def _cap_depths(terms: list[Term]) -> dict[str, int]:
+    """How many caps lie above each term (a cap is applied after the one it reads); a cycle is a ValueError."""
+    caps, depths = {t.name: t.cap for t in terms}, {}
+    for t in terms:
+        chain = [t.name]
+        while caps.get(chain[-1]) is not None:
+            chain.append(caps[chain[-1]])
+            if chain[-1] in chain[:-1]:
+                raise ValueError(f"caps form a cycle: {' -> '.join(chain)}")
+        depths[t.name] = len(chain) - 1
+    return depths
+
+
 async def _values(term: Term, episodes: list[Episode], step: int) -> list[float]:
     if term.group:
-        values = await term.fn(episodes)
+        values = await (term.fn(episodes, step) if term.with_step else term.fn(episodes))
         if len(values) != len(episodes):
             raise TermFailure(f"returned {len(values)} scores for {len(episodes)} episodes")
         return [float(v) for v in values]
     if inspect.iscoroutinefunction(term.fn):
-        return [float(v) for v in await asyncio.gather(*(term.fn(e) for e in episodes))]
+        calls = (term.fn(e, step) if term.with_step else term.fn(e) for e in episodes)
+        return [float(v) for v in await asyncio.gather(*calls)]
     return [float(term.fn(e, step) if term.with_step else term.fn(e)) for e in episodes]
 
 

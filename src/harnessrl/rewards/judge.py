@@ -47,6 +47,7 @@ class Usage(BaseModel):
 
 
 class _Score(BaseModel):
+    model_config = ConfigDict(strict=True)  # "1" or true is not a score
     id: int
     score: float = Field(ge=0, le=1)
     reason: str = ""
@@ -54,6 +55,26 @@ class _Score(BaseModel):
 
 class _Scores(BaseModel):
     scores: list[_Score]
+
+
+class _Message(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    message: _Message
+
+
+class _TokenUsage(BaseModel):  # counted where the server says (some send null): a verdict never fails on them
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Completion(BaseModel):
+    """What the judge reads of the server's chat completion; the rest is ignored."""
+
+    choices: list[_Choice] = Field(min_length=1)
+    usage: _TokenUsage | None = None
 
 
 def default_render(episode: Episode) -> str:
@@ -115,8 +136,10 @@ class Judge:
             except openai.APIStatusError as exc:  # 4xx: a wrong key, model or URL; retrying cannot help
                 reason = f"{type(exc).__name__}: {exc}"
                 break
-            except (ValidationError, ValueError) as exc:
-                reason = f"unparseable judge reply: {str(exc).splitlines()[0]}"
+            except openai.APIError as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            except ValueError as exc:  # pydantic's ValidationError included
+                reason = f"unparseable judge reply: {exc}"
             else:
                 self._cache[key] = scores
                 return scores
@@ -125,21 +148,28 @@ class Judge:
 
     async def _call(self, prompt: str, count: int) -> list[float]:
         self.usage.calls += 1
-        response = await self._client.chat.completions.create(
+        response = await self._client.chat.completions.with_raw_response.create(
             model=self.config.model,
             messages=[{"role": "user", "content": prompt}],
             max_tokens=self.config.max_tokens,
             temperature=self.config.temperature,
-        )
-        if response.usage is not None:
-            self.usage.prompt_tokens += response.usage.prompt_tokens
-            self.usage.completion_tokens += response.usage.completion_tokens
-        text = response.choices[0].message.content or ""
-        parsed = _Scores.model_validate(_first_json_object(text))
-        by_id = {s.id: s.score for s in parsed.scores}
-        if sorted(by_id) != list(range(count)):
-            raise ValueError(f"expected scores for ids 0..{count - 1}, got {sorted(by_id)}")
-        return [by_id[i] for i in range(count)]
+        )  # raw: the body is checked here, so a malformed one is an unparseable reply
+        try:
+            completion = _Completion.model_validate_json(response.text)
+        except ValidationError as exc:
+            raise ValueError(f"{_first_error(exc)} in the server's answer {response.text[:200]!r}") from None
+        if completion.usage is not None:
+            self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
+            self.usage.completion_tokens += completion.usage.completion_tokens or 0
+        text = completion.choices[0].message.content or ""
+        try:
+            parsed = _Scores.model_validate(_first_json_object(text))
+        except ValidationError as exc:
+            raise ValueError(f"{_first_error(exc)} in {text[:200]!r}") from None
+        ids = sorted(s.id for s in parsed.scores)
+        if ids != list(range(count)):
+            raise ValueError(f"expected ids 0..{count - 1} once each, got {ids} in {text[:200]!r}")
+        return [s.score for s in sorted(parsed.scores, key=lambda s: s.id)]
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -147,6 +177,13 @@ class Judge:
     def term(self, name: str = "judge", weight=1.0, group: bool = True, **kw) -> Term:
         """This judge as a reward term (group-relative by default)."""
         return Term(name, self.group if group else self.pointwise, weight, group=group, **kw)
+
+
+def _first_error(exc: ValidationError) -> str:
+    """One line naming the first field pydantic refused and why."""
+    error = exc.errors()[0]
+    where = ".".join(map(str, error["loc"]))
+    return f"{where}: {error['msg']}" if where else error["msg"]
 
 
 def _first_json_object(text: str) -> dict:

@@ -13,6 +13,7 @@ else here is the same, and an episode whose worker died is retried on a fresh ep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -96,9 +97,11 @@ class RolloutEngine:
 
     async def _attempt(self, task: Task, retry: bool) -> Episode | None:
         """One run of the harness on a fresh gateway episode; None when its worker died and it may be retried."""
-        episode_id, key = await self.gateway.create_episode(task)
+        episode_id, key = await self._create(task)
+        deadline = asyncio.timeout(self.config.episode_timeout)
         try:
-            outcome = await asyncio.wait_for(self._run(task, key), self.config.episode_timeout)
+            async with deadline:
+                outcome = await self._run(task, key)
             return await self._finish(episode_id, task, outcome)
         except WorkerSetupError:  # every episode would fail alike: stop, naming why
             raise
@@ -107,7 +110,9 @@ class RolloutEngine:
             if retry:  # this attempt's episode is deleted below: its partial calls are never trained on
                 return None
             return await self._finish(episode_id, task, failure_reason=str(exc))
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not deadline.expired():  # the harness's own (a socket's, its wait_for's): its failure, not ours
+                return await self._finish(episode_id, task, failure_reason=f"harness raised TimeoutError: {exc}")
             self.counts["timeouts"] += 1
             return await self._finish(episode_id, task, failure_reason=f"timeout after {self.config.episode_timeout} s")
         except Exception as exc:  # the harness's bug is a failed episode with its reason
@@ -118,6 +123,17 @@ class RolloutEngine:
             except GatewayError as exc:
                 if exc.status != 404:  # 404: a session TTL expired it (below)
                     raise
+
+    async def _create(self, task: Task) -> tuple[str, str]:
+        """A gateway episode for `task`; one whose caller is cancelled meanwhile (a sibling's failure ended its
+        group) is still created, then deleted: a cancelled group leaves nothing running on the gateway."""
+        creating = asyncio.ensure_future(self.gateway.create_episode(task))
+        try:
+            return await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await self.gateway.delete((await creating)[0])
+            raise
 
     async def _finish(self, episode_id: str, task: Task, outcome=None, failure_reason: str | None = None) -> Episode:
         """The gateway's record of the finished episode. A session TTL that expired it while the harness was idle
@@ -141,7 +157,7 @@ class RolloutEngine:
 
     async def group(self, task: Task, step: int = 0) -> list[Episode]:
         """G episodes of one task (and its guide, if any), scored."""
-        episodes = list(await asyncio.gather(*(self.episode(task) for _ in range(self.config.group_size))))
+        episodes = await _all(self.episode(task) for _ in range(self.config.group_size))
         if (guide := self.guides.get(task.id)) is not None:
             episodes.append(guide.model_copy(update={"id": uuid.uuid4().hex}, deep=True))
         await self.score(episodes, step)
@@ -251,9 +267,7 @@ class RolloutEngine:
             return len(batch) < cfg.groups_per_update or sum(map(trainer.informative, batch)) < cfg.groups_per_update
 
         while producer is None and short():  # synchronous: collect a round, then train
-            batch += await asyncio.gather(
-                *(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))
-            )
+            batch += await _all(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))
         while producer is not None and short():
             getter = asyncio.ensure_future(queue.get())
             await asyncio.wait([getter, producer], return_when=asyncio.FIRST_COMPLETED)
@@ -272,3 +286,16 @@ class RolloutEngine:
                 continue
             batch.append(group)
         return batch
+
+
+async def _all(coroutines) -> list:
+    """asyncio.gather's results; where one raises, the others are cancelled (their gateway episodes deleted as they
+    unwind) and awaited before its exception goes on: nothing runs on for a group no one will score."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

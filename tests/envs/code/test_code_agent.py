@@ -131,3 +131,16 @@ def test_list_files_and_read_file_outputs_are_capped_and_say_so(task, tmp_path):
     read = run.read_file("wide.py")
     assert read.startswith("1: x = 1\n2: y = 'zzz") and read.endswith(" [... 199806 more characters]")
     assert len(read) < 300
+
+
+def test_only_an_empty_diff_is_an_abstention(task, tmp_path):  # noqa: F811
+    # an honest fix whose code reads like an abstention to a text detector ("unable to find", "not sure", "?")
+    honest = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "honest")
+    fix = 'if a is None:  # not sure callers pass None\n        raise KeyError(f"unable to find {a}")\n    return a + b  # not a - b?'
+    assert honest.edit_file("calc.py", "return a - b", fix) == "edited calc.py"
+    idle = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "idle")  # changes nothing
+    episodes = [Episode(task=run.task, outcome=run.outcome()) for run in (honest, idle)]
+    assert episodes[0].outcome.answer.rstrip().endswith("?") and episodes[0].outcome.success
+    fixed, empty = asyncio.run(code_reward().score_group(episodes))
+    assert fixed.flags == [] and fixed.total == 1.0
+    assert empty.flags == ["abstention"] and empty.terms["abstention"] == -0.2 and empty.total == -0.2

@@ -36,6 +36,12 @@ def report_invalid(e: Episode) -> float:
     return float(bool(_hidden(e).get("invalid")))
 
 
+def empty_diff(e: Episode) -> float:
+    """The code agent's abstention: it changed nothing. Its answer is its diff, so words in it are code, not
+    an abstention (`d.abstention` would flag `raise KeyError(f"unable to find {name}")`)."""
+    return float(not ((e.outcome.info.get("diff") if e.outcome else None) or "").strip())
+
+
 def code_reward(turn_weight: float = 0.05, free_turns: int = 4) -> Reward:
     return Reward(
         [
@@ -45,7 +51,7 @@ def code_reward(turn_weight: float = 0.05, free_turns: int = 4) -> Reward:
             *d.detector_terms(
                 {"test_tampering": 0.5, "abstention": 0.2, "malformed_tool_calls": 0.3, "report_invalid": 0.5},
                 test_tampering=d.test_tampering,
-                abstention=d.abstention,
+                abstention=empty_diff,
                 malformed_tool_calls=d.malformed_tool_calls,
                 report_invalid=report_invalid,
             ),

@@ -11,10 +11,11 @@ the entries on the chain. It is a test bed, not a target: nothing else may be tu
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harnessrl.types import Task, read_jsonl
 
@@ -49,6 +50,13 @@ class SearchTask(BaseModel):
         description="the task's kind, e.g. its question template: eval reports success per family",
     )
 
+    @field_validator("answer")
+    @classmethod
+    def _answerable(cls, v: str) -> str:
+        if not normalise(v):  # every reply would match it, the empty one too
+            raise ValueError("has no letter or digit: no reply could be told right or wrong against it")
+        return v
+
     def task(self) -> Task:
         data = {"answer": self.answer, "gold_doc_ids": self.gold_doc_ids}
         if self.family:
@@ -76,6 +84,11 @@ def load_corpus(corpus: Path) -> list[Doc]:
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
     docs, items = load_corpus(corpus), read_jsonl(tasks, SearchTask)
     ids = {d.id for d in docs}
+    lines: dict[str, int] = {}
+    for number, t in enumerate(items, start=1):  # evaluation pairs by task id; guidance finds demos by it
+        if t.id in lines:
+            raise DataError(f"{tasks}: task id {t.id!r} in tasks {lines[t.id]} and {number}: ids must be unique")
+        lines[t.id] = number
     for t in items:
         missing = [g for g in t.gold_doc_ids if g not in ids]
         if missing:
@@ -263,10 +276,16 @@ def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
 
 
 def normalise(text: str) -> str:
-    """Lower case, punctuation dropped, whitespace runs made one space."""
-    return " ".join("".join(ch for ch in text.lower() if ch.isalnum() or ch.isspace()).split())
+    """Lower case, punctuation dropped but for a number's decimal point and sign (3.14 is not 314, nor -5 5),
+    whitespace runs made one space."""
+    text = text.lower()
+    marks = {m.start() for m in _NUMBER_MARK.finditer(text)}
+    return " ".join("".join(ch for i, ch in enumerate(text) if ch.isalnum() or ch.isspace() or i in marks).split())
+
+
+_NUMBER_MARK = re.compile(r"(?<=\d)\.(?=\d)|(?<![\w.])-(?=\d)")
 
 
 def answers_match(given: str | None, expected: str) -> bool:
     """Normalised comparison: case, punctuation and surrounding whitespace ignored."""
-    return given is not None and normalise(given) == normalise(expected)
+    return given is not None and normalise(given) == normalise(expected) != ""

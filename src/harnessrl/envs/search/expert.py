@@ -45,7 +45,7 @@ class SearchExpert:
             recorded = await llm.post("/demonstrations", cast_to=object, body=body)
             await run.act(reply, recorded["prompt_tokens"] + recorded["completion_tokens"])
             if self.prune == "always" or (self.prune == "past_half" and run.used > self.agent.budget / 2):
-                stale = sorted(c for c in run.shown if c not in run.pruned and c.split("#")[0] not in gold)
+                stale = sorted(c for c in run.shown if c not in run.pruned and index.by_id[c].doc_id not in gold)
                 if stale and name not in ("prune_chunks", "answer"):
                     await do("prune_chunks", chunk_ids=stale)
 

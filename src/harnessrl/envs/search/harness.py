@@ -9,6 +9,7 @@ results — the history is edited, so the gateway starts a new training sequence
 from __future__ import annotations
 
 import json
+import re
 
 import openai
 
@@ -80,9 +81,10 @@ class _Run:
         dropped = named | {
             c.id for d in named for c in self.agent.index.chunks_of(d) if c.id in self.shown
         }  # a document's chunks too
+        known = set(self.shown) | set(self.seen_docs)
         for message in self.messages:
             if message["role"] == "tool":
-                message["content"] = _drop(message["content"], dropped)
+                message["content"] = _drop(message["content"], dropped, known)
         return f"pruned {len(named)}"
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
@@ -148,11 +150,25 @@ class _Run:
             return line + " Budget reached: only prune_chunks and answer work now."
         if self.used > self.agent.budget / 2:
             # the oldest chunks still in context (not pruned, nor their document): the same in every process
-            unpruned = [c for c in self.shown if c not in self.pruned and c.split("#")[0] not in self.pruned][:4]
+            index = self.agent.index
+            unpruned = [c for c in self.shown if c not in self.pruned and index.by_id[c].doc_id not in self.pruned][:4]
             return line + f" Over half the budget: consider prune_chunks({json.dumps(unpruned)})."
         return line
 
 
-def _drop(content: str, ids: set[str]) -> str:
-    """A tool result without the lines of pruned chunks / documents (`[id] text`)."""
-    return "\n".join(line for line in content.split("\n") if not any(line.startswith(f"[{i}] ") for i in ids))
+def _drop(content: str, ids: set[str], known: set[str]) -> str:
+    """A tool result without the entries of pruned chunks / documents. An entry begins with a line `[id] text` (id
+    one of the `known` chunks and documents) and runs to the next entry: a document read whole keeps its paragraphs'
+    line breaks, and all of them go. The context usage line (`_usage`) stays."""
+    kept, dropping = [], False
+    for line in content.split("\n"):
+        if (head := _ENTRY.match(line)) and head[1] in known:
+            dropping = head[1] in ids
+        elif line.startswith("[context: "):
+            dropping = False
+        if not dropping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+_ENTRY = re.compile(r"\[([^\]]+)\] ")

@@ -12,12 +12,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import regex
+
 from harnessrl.envs.search.data import Doc
+
+GREP_SECONDS = 2.0  # one grep_corpus call's regex time
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
@@ -94,9 +98,25 @@ class SearchIndex:
         return self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
 
     def grep(self, pattern: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
-        """Chunks whose text matches a regular expression (case-insensitive), in corpus order."""
-        regex = re.compile(pattern, re.I)
-        return [c for c in self.chunks if c.id not in exclude and regex.search(c.text)][:k]
+        """Chunks whose text matches a regular expression (case-insensitive), in corpus order. The `regex` package
+        with a time budget (GREP_SECONDS for the whole corpus): `re` holds the GIL while a pattern such as
+        `(\\w+\\s?)*!` backtracks, so no tool timeout could stop it and every episode of the process would hang."""
+        compiled = regex.compile(pattern, regex.I)
+        deadline, found = time.monotonic() + GREP_SECONDS, []
+        for c in self.chunks:
+            if c.id in exclude:
+                continue
+            try:
+                hit = compiled.search(c.text, timeout=max(deadline - time.monotonic(), 0.001))
+            except TimeoutError:
+                raise ValueError(
+                    f"the pattern took over {GREP_SECONDS:g} s (nested repeats backtrack); simplify it"
+                ) from None
+            if hit:
+                found.append(c)
+                if len(found) == k:
+                    break
+        return found
 
     def chunks_of(self, doc_id: str) -> list[Chunk]:
         return self.by_doc.get(doc_id, [])
