@@ -108,3 +108,39 @@ def test_make_corpus_writes_both_files_and_never_overwrites_without_force(tmp_pa
     assert "mine" not in (tmp_path / "v" / "corpus.jsonl").read_text()
     unknown = cli("make-corpus", tmp_path / "w", "--generator", "ships")
     assert unknown.exit_code == 2 and "'ships' is not one of people, voyages" in unknown.stderr
+
+
+def test_serve_refuses_counts_ports_and_log_levels_it_cannot_use_before_loading_a_model():
+    # with a valid value each would load the model and then hang or fail inside uvicorn; the short --admin-key
+    # is refused before any model loads, so a missing check shows as that error instead of a hang
+    for args, named in [
+        (("--max-batch", "0"), "--max-batch"),
+        (("--max-batch", "-3"), "--max-batch"),
+        (("--port", "70000"), "--port"),
+        (("--port", "-1"), "--port"),
+        (("--log-level", "bogus"), "--log-level"),
+    ]:
+        refused = cli("serve", *args, "--admin-key", "short")
+        assert refused.exit_code == 2 and named in refused.stderr, (args, refused.stderr)
+
+
+def test_cli_inputs_that_are_folders_files_or_bad_yaml_fail_naming_them(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    corpus = cli("make-corpus", taken)
+    assert corpus.exit_code == 2 and str(taken) in corpus.stderr and "not a folder" in corpus.stderr
+    saved = cli("save-model", taken)
+    assert saved.exit_code == 2 and str(taken) in saved.stderr and taken.read_text() == "mine\n"
+    decisions = cli("probe", "--decisions", tmp_path)
+    assert decisions.exit_code == 2 and "--decisions" in decisions.stderr and str(tmp_path) in decisions.stderr
+    bad = tmp_path / "judge.yaml"
+    bad.write_text("base_url: http://127.0.0.1:9/v1\nrubrik: typo\n")
+    (tmp_path / "episodes.jsonl").write_text("")
+    judged = cli("judge-calibrate", "--episodes", tmp_path / "episodes.jsonl", "--judge", bad)
+    assert judged.exit_code == 2 and f"{bad}: rubrik:" in judged.stderr, judged.stderr
+    assert cli("make-corpus", tmp_path / "c").exit_code == 0
+    generated = cli("tasks", "--corpus", tmp_path / "c" / "corpus.jsonl", "--generator", bad)
+    assert generated.exit_code == 2 and f"{bad}: rubrik:" in generated.stderr, generated.stderr
+    audited = cli("tasks", "--corpus", tmp_path / "c" / "corpus.jsonl", "--audit", tmp_path / "c" / "tasks.jsonl",
+                  "--judge", bad)  # fmt: skip
+    assert audited.exit_code == 2 and f"{bad}: rubrik:" in audited.stderr, audited.stderr

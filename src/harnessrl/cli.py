@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.console import Console
@@ -16,6 +17,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(help="Train LLM agents with RL inside the harness they ship in.", no_args_is_help=True)
 console = Console(stderr=True, soft_wrap=True)
 MODEL_HELP = "'tiny', 'tiny-base', 'tiny-base-long', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
+# uvicorn.config.LOG_LEVELS' keys, spelled out so that `--help` need not import uvicorn
+UvicornLogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 TOOL_FORMAT_HELP = "how tools are shown and calls read back: auto (from the chat template) | hermes | llama3_json"
 
 
@@ -29,15 +32,15 @@ def serve(
     model: str | None = typer.Option(None, help=MODEL_HELP + "; default tiny"),
     tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
-    port: int = typer.Option(8000, help="TCP port"),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port; 0 = any free one"),
     admin_key: str | None = typer.Option(
         None, envvar="HARNESSRL_ADMIN_KEY", help="admin API key (or HARNESSRL_ADMIN_KEY)"
     ),
     seed: int = typer.Option(0, help="seed for building 'tiny'"),
-    max_batch: int = typer.Option(64, help="most sequences decoded in one forward pass"),
+    max_batch: int = typer.Option(64, min=1, help="most sequences decoded in one forward pass"),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, min=1, help="larger request bodies get 413"),
     default_max_tokens: int = typer.Option(512, min=1, help="max_tokens when a request gives none"),
-    log_level: str = typer.Option("info", help="uvicorn log level; 'info' logs every request"),
+    log_level: UvicornLogLevel = typer.Option("info", help="uvicorn log level; 'info' logs every request"),
     frozen: list[str] = typer.Option(
         [],
         help="NAME=MODEL (a frozen copy in process: tiny-base, a preset, a folder, a .gguf) or "
@@ -181,9 +184,8 @@ def probe(
     if decisions is not None:
         try:
             episodes = read_jsonl(decisions, Episode)
-        except (TraceLineError, FileNotFoundError) as exc:
-            console.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from exc
+        except (TraceLineError, OSError) as exc:  # missing, a folder, unreadable
+            _fail(f"--decisions: {exc}")
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
         if episodes is not None:
@@ -226,10 +228,10 @@ def judge_calibrate(
 
     from harnessrl.rewards import Judge, JudgeConfig
     from harnessrl.rewards.calibrate import calibrate
-    from harnessrl.types import Episode, TraceLineError, read_jsonl, read_yaml
+    from harnessrl.types import Episode, TraceLineError, read_jsonl, read_yaml, validated
 
     try:
-        config = JudgeConfig.model_validate(read_yaml(judge))
+        config = validated(JudgeConfig, read_yaml(judge), judge)
         report = asyncio.run(calibrate(Judge(config), read_jsonl(episodes, Episode)))
     except (TraceLineError, ValidationError, ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
@@ -248,6 +250,8 @@ def save_model(
     seed: int = typer.Option(0, help="seed for building 'tiny'"),
 ) -> None:
     """Write a model (e.g. the offline `tiny`) as an ordinary Hugging Face folder."""
+    if out.exists() and not out.is_dir():  # transformers would log an error and write nothing
+        _fail(f"{out}: a file, not a folder; give a folder to write the model to")
     policy = _load_policy(model, seed)
     try:
         policy.save(out)
@@ -331,10 +335,15 @@ def make_corpus(
 
     if generator not in GENERATORS:
         _fail(f"--generator: {generator!r} is not one of {', '.join(GENERATORS)}")
+    if out.exists() and not out.is_dir():
+        _fail(f"{out}: a file, not a folder; give a folder for corpus.jsonl and tasks.jsonl")
     if not force and (held := [n for n in ("corpus.jsonl", "tasks.jsonl") if (out / n).exists()]):
         _fail(f"{out} already holds {' and '.join(held)}: choose another folder, or pass --force to overwrite")
     docs, tasks = GENERATORS[generator](seed)
-    corpus_path, tasks_path = write_corpus(out, docs, tasks)
+    try:
+        corpus_path, tasks_path = write_corpus(out, docs, tasks)
+    except OSError as exc:  # a file where a parent folder should be, no permission
+        _fail(f"{out}: {exc}")
     splits = {s: sum(t.split == s for t in tasks) for s in ("train", "test")}
     console.print(
         f"wrote {len(docs)} documents to {corpus_path} and {splits['train']} train / {splits['test']} test tasks to {tasks_path}"
@@ -794,7 +803,7 @@ def tasks(
     from harnessrl.envs.search import taskgen
     from harnessrl.envs.search.data import SearchTask, load_corpus
     from harnessrl.envs.search.index import SearchIndex
-    from harnessrl.types import TraceLineError, read_jsonl, read_yaml
+    from harnessrl.types import TraceLineError, read_jsonl, read_yaml, validated
 
     try:
         docs = load_corpus(corpus)
@@ -806,7 +815,7 @@ def tasks(
 
                 from harnessrl.rewards.judge import Judge, JudgeConfig
 
-                config = JudgeConfig.model_validate(read_yaml(judge))
+                config = validated(JudgeConfig, read_yaml(judge), judge)
                 config.rubric = taskgen.ANSWERABLE
                 report |= asyncio.run(taskgen.answerability(items, Judge(config)))
             print(json.dumps(report))
@@ -815,7 +824,7 @@ def tasks(
             raise ValueError(f"--hops {hops}: comma-separated 1, 2 or 3")
         hop_list = [int(h) for h in hops.split(",")]
         writer = (
-            taskgen.LLMWriter(taskgen.GeneratorConfig.model_validate(read_yaml(generator)))
+            taskgen.LLMWriter(validated(taskgen.GeneratorConfig, read_yaml(generator), generator))
             if generator
             else taskgen.RuleWriter(docs)
         )

@@ -126,6 +126,14 @@ def test_closing_fails_pending_requests_instead_of_hanging():
     assert future.exception(timeout=5) is not None
 
 
+def test_a_prompt_whose_prefill_fails_fails_its_request_and_spares_the_engine(policy):
+    vocab = policy.model.config.vocab_size
+    for prompt in ([1, 2, vocab + 5], [1, 2, 3] * 300 + [vocab + 5]):  # a short prompt (whole) and a long (chunked)
+        bad = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
+        assert isinstance(bad.exception(timeout=30), IndexError)  # not a request left waiting forever
+    assert policy.engine.generate_sync([1, 2, 3], SamplingParams(max_tokens=3)).ids  # the engine still serves
+
+
 async def test_a_cancelled_request_frees_its_row_and_spares_the_rest(policy):
     prompts = _prompts(policy, 2)
     survivor = asyncio.ensure_future(policy.engine.generate(prompts[0], SamplingParams(max_tokens=60, ignore_eos=True)))

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from harnessrl.policy.sampling import sample_next, sampling_logprobs
@@ -47,6 +48,27 @@ def test_frequencies_follow_the_distribution_and_a_seed_repeats():
         for _ in range(2)
     ]
     assert torch.equal(draw[0], draw[1])
+
+
+def test_a_large_vocabularys_tail_is_drawn_by_the_exact_inverse_cdf_of_the_rows_uniform():
+    """V = 49152 (SmolLM2's), one token at ~0.9999 and a flat tail of 2e-9 each. A float32 running sum near 1 moves
+    in steps of 6e-8: most tail tokens could never be drawn and some were drawn at ~60x their recorded probability.
+    Seeds whose uniform lands in the tail must draw the token the exact (float64) inverse CDF names."""
+    vocab = 49152
+    logits = torch.zeros(1, vocab)
+    logits[0, 0] = 20.0  # the tail: exp(-20) / Z ~ 2.06e-9 each
+    probs = torch.softmax(logits[0].double(), -1)
+    cdf = probs.cumsum(-1)
+    tail = 1 - float(probs[0])
+    uniforms = {
+        s: float(torch.rand((), generator=torch.Generator().manual_seed(s), dtype=torch.float64)) for s in range(60_000)
+    }
+    seeds = [s for s, u in uniforms.items() if u > 1 - tail][:3]
+    assert seeds  # ~6 expected among 60,000
+    for seed in seeds:
+        ids, logp = sample_next(logits, torch.ones(1), torch.ones(1), [torch.Generator().manual_seed(seed)])
+        exact = int(torch.searchsorted(cdf, torch.tensor([uniforms[seed]], dtype=torch.float64), right=True))
+        assert int(ids) == exact > 0 and float(logp) == pytest.approx(math.log(float(probs[exact])), rel=1e-5)
 
 
 def test_zero_probability_tokens_are_never_drawn():

@@ -39,6 +39,20 @@ def test_llama3_json_reads_the_python_tag_and_names_bad_json_and_unknown_tools()
         tool_format("xml")
 
 
+def test_hermes_blocks_read_their_json_whole_and_lost_arguments_are_a_malformed_call():
+    code = {"path": "a.py", "text": "print('</tool_call>')"}  # code writing the close tag inside a string
+    text = f"Fixing it. <tool_call>\n{json.dumps({'name': 'write', 'arguments': code})}\n</tool_call>"
+    assert parse_tool_calls(text, {"write"}).calls == [("write", json.dumps(code))]
+    assert parse_tool_calls(text, {"write"}).content == "Fixing it."
+    moved = '<tool_call>{"name": "write", "parameters": {"path": "a.py"}}</tool_call>'  # Llama's key in Hermes
+    assert (
+        parse_tool_calls(moved, {"write"}).error
+        == "tool call 0: no 'arguments', but ['parameters']: the arguments would be lost"
+    )
+    assert parse_tool_calls('<tool_call>{"name": "write"', {"write"}).error == "unterminated <tool_call> block"
+    assert "bad JSON" in parse_tool_calls("<tool_call>{name: write}</tool_call>", {"write"}).error
+
+
 def test_a_conversation_is_rewritten_for_a_template_that_renders_no_tools():
     system = [{"role": "system", "content": "Be brief."}]
     out = adapt(system + weather_dialogue(), WEATHER_TOOLS, tool_format("hermes"), calls_too=True)

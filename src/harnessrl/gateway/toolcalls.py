@@ -37,6 +37,8 @@ def parse_tool_calls(text: str, tool_names: set[str], fmt: ToolFormat | None = N
             return Parsed(text, [], f"tool call {i}: bad JSON: {str(exc)[:200]}")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return Parsed(text, [], f"tool call {i}: expected an object with a string 'name'")
+        if fmt.args_key not in call and "arguments" not in call and (other := sorted(set(call) - {"name"})):
+            return Parsed(text, [], f"tool call {i}: no '{fmt.args_key}', but {other}: the arguments would be lost")
         arguments = call.get(fmt.args_key, call.get("arguments", {}))
         if not isinstance(arguments, dict):
             return Parsed(text, [], f"tool call {i}: '{fmt.args_key}' is not a JSON object")

@@ -22,6 +22,9 @@ from harnessrl.types import read_yaml, validated
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
 LAPTOP_SECONDS = 900.0
 
+# 'auto' and policy.toolformat.FORMATS (a test keeps the two in step)
+ToolFormatName = Literal["auto", "hermes", "llama3_json"]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -242,7 +245,9 @@ class JobConfig(_Strict):
         default="tiny-base",
         description="'tiny-base', 'tiny', a preset ('smollm2-135m-instruct'), a local Hugging Face folder or a .gguf file",
     )
-    tool_format: str = Field(default="auto", description="auto (from the chat template) | hermes | llama3_json")
+    tool_format: ToolFormatName = Field(
+        default="auto", description="auto (from the chat template) | hermes | llama3_json"
+    )
     lora: Literal["auto"] | bool = Field(
         default="auto",
         description="train LoRA adapters (rl.train.lora's settings) in SFT and RL; auto: when rl.train.lora is set or the model has over 50M parameters",

@@ -32,6 +32,7 @@ import shutil
 import time
 from collections import Counter
 from pathlib import Path
+from typing import get_args
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -57,8 +58,9 @@ from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.eval.trend import training_trend
 from harnessrl.gateway import GatewayClient, create_app
-from harnessrl.job.config import JobConfig
+from harnessrl.job.config import JobConfig, ToolFormatName
 from harnessrl.policy import Policy
+from harnessrl.policy.sources import check_model
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer, lora_for, precision
 from harnessrl.train.checkpoint import latest_checkpoint, write_atomic
@@ -78,7 +80,13 @@ def start_run(config: JobConfig, out: Path) -> None:
     """A fresh run's folder, with its config.yaml. It may hold the same run (its finished phases are
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
     mixed in (a ValueError names the keys). A corpus or task file that does not load fails here, before the folder
-    holds the config (a retry with the mended file would be refused as another run)."""
+    holds the config (a retry with the mended file would be refused as another run); so does a `model:` that names
+    nothing loadable or a `tool_format:` that is no format (the CLI sets both without validation)."""
+    if config.tool_format not in get_args(ToolFormatName):
+        raise ValueError(
+            f"--tool-format / tool_format: {config.tool_format!r} is not one of {', '.join(get_args(ToolFormatName))}"
+        )
+    check_model(config.model)  # a SourceError (ValueError) naming --model / model:; no weights are read
     if config.data.corpus is not None:
         load(config.data.corpus, config.data.tasks)
     if (out / "config.yaml").is_file():

@@ -227,7 +227,7 @@ class Engine:
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*self._prefilling, *self._batch_rows()]:
+                    for row in [*self._prefilling, *self._prefill_rows, *self._batch_rows()]:
                         if not row.future.done():
                             row.future.set_exception(exc)
                     self._prefilling = []
@@ -247,6 +247,7 @@ class Engine:
         self._mask = torch.zeros(0, 0, dtype=torch.long)  # (B, T) 1 = real token
         self._last = torch.zeros(0, dtype=torch.long)  # (B,) sampled, not yet in the cache
         self._joining: list[tuple] = []  # this step's prefilled rows: (rows, per-layer KV, mask, first tokens)
+        self._prefill_rows: list[_Row] = []  # rows this step prefills whole, out of _prefilling (failed with it)
 
     def _prefill_step(self) -> None:
         """This step's prefill: short prompts together (shortest first, within the budget), then one
@@ -277,6 +278,7 @@ class Engine:
             None,
         )
         self._prefilling = [r for r in waiting if r not in batch and r not in resumed]
+        self._prefill_rows = [*resumed, *batch]
         for r in resumed:
             size = len(r.prompt) - r.prefilled
             self._timed(lambda r=r, size=size: self._prefill_chunk(r, size), size)

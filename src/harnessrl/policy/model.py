@@ -150,8 +150,11 @@ def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
     if not (path / "config.json").is_file():
         names = ", ".join(["tiny", *SHIPPED, *PRESETS])
         raise PolicyLoadError(f"--model {model}: not one of {names}, a .gguf file or a folder with a config.json")
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    except Exception as exc:  # transformers' errors have many types: no tokenizer files, bad weights, ...
+        raise PolicyLoadError(f"--model {model}: {path} does not load ({type(exc).__name__}: {exc})") from exc
     return lm, tokenizer
 
 

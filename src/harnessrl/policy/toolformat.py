@@ -68,17 +68,37 @@ class ToolFormat:
         )
 
 
+_DECODER = json.JSONDecoder()
+
+
 class Hermes(ToolFormat):
     name, args_key, tag = "hermes", "arguments", "<tool_call>"
     OPEN, CLOSE = tag, "</tool_call>"
-    BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
     def split(self, text: str) -> Split:
+        """Each block runs from its open tag through the JSON value after it (read as JSON, so a string holding
+        `</tool_call>`, e.g. code, stays whole) to the close tag; a block that is no JSON runs to the next close tag
+        and fails as bad JSON when parsed."""
         if self.OPEN not in text:
             return Split(text, [])
-        if text.count(self.OPEN) != text.count(self.CLOSE):
-            return Split(text, [], f"unterminated {self.OPEN} block")
-        return Split(self.BLOCK.sub("", text).strip() or None, self.BLOCK.findall(text))
+        blocks, content, at = [], [], 0
+        while (start := text.find(self.OPEN, at)) >= 0:
+            content.append(text[at:start])
+            body = start + len(self.OPEN)
+            body += len(text[body:]) - len(text[body:].lstrip())
+            try:
+                end = _DECODER.raw_decode(text, body)[1]
+            except (json.JSONDecodeError, RecursionError):
+                end = text.find(self.CLOSE, body)
+                if end < 0:
+                    return Split(text, [], f"unterminated {self.OPEN} block")
+            close = len(text) - len(text[end:].lstrip())
+            if not text.startswith(self.CLOSE, close):
+                return Split(text, [], f"unterminated {self.OPEN} block")
+            blocks.append(text[body:end].rstrip())
+            at = close + len(self.CLOSE)
+        content.append(text[at:])
+        return Split("".join(content).strip() or None, blocks)
 
     def call_text(self, name: str, arguments: Any) -> str:
         return f"{self.OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{self.CLOSE}"
