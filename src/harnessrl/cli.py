@@ -510,16 +510,18 @@ def inspect_episode(
     """One episode token by token: call boundaries, prompt (dim), completion green where trained and red where not (the trainer's own mask)."""
     from pydantic import ValidationError
 
+    from harnessrl.calltree import lineages
     from harnessrl.eval.inspect import load_episode, load_tokenizer, render
 
     try:
         chosen = load_episode(episode, run, index, episode_id)
+        lineages(chosen.calls)  # a call tree that does not hold (CallTreeError) is named before anything is drawn
         tokenizer = load_tokenizer(model)
     except (
         ValidationError,
         ValueError,
         OSError,
-    ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError are ValueErrors
+    ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError, CallTreeError are ValueErrors
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)

@@ -170,6 +170,9 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     assert "--index 3" in _failure(str(path), "--index", "3")
     result = CliRunner().invoke(app, ["inspect", str(path), "--model", str(tmp_path)])
     assert result.exit_code == 2 and "not 'tiny', 'tiny-base'" in result.stderr
+    calls = [c.model_copy(update={"lineage": "sub", "parent_call": i}) for i, c in enumerate(episode.calls)]
+    path.write_text(episode.model_copy(update={"calls": calls}).to_json() + "\n")  # a tree that does not hold
+    assert "lineage 'sub'" in _failure(str(path))
 
 
 async def test_a_swarm_episode_shows_its_call_tree(swarm_gateway, tmp_path):
