@@ -17,8 +17,8 @@ engine); openai_client_overhead likewise for the openai path.
 Mixed load (head-of-line blocking): 24 short requests (32 tokens each) start together, alone or with
 one 3,000-token prompt arriving at the same moment; short_p99_ratio = p99 latency of the short
 requests with the long prompt / without it (goal <= 2), long_prompt_seconds = the long request's own
-latency. Measured with the engine's defaults (chunked prefill, held to about one decode step's time
-per step while rows decode: `prefill_share` 1.0), with the cap lifted (`_uncapped`, what the RL job
+latency. Measured with the engine's defaults (chunked prefill, held to about half a decode step's time
+per step while rows decode: `prefill_share` 0.5), with the cap lifted (`_uncapped`, what the RL job
 runs for throughput) and with chunking off (every admitted prompt prefilled together, padded to the
 longest, as before: the baseline, `_unchunked`).
 Medians over repeats. The last line is one JSON object.

@@ -27,11 +27,8 @@ from harnessrl.types import Episode, read_jsonl
 
 
 def run(config: JobConfig, out: Path) -> dict:
-    return (
-        code.resume(out)
-        if (out / "summary.json").is_file() or (out / "config.yaml").is_file()
-        else code.run(config, out)
-    )
+    """The arm's run: a folder holding this config's run goes on from its finished phases, another's is refused."""
+    return code.run(config, out)
 
 
 def summary_tokens(path: Path) -> float:

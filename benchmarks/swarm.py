@@ -48,9 +48,10 @@ def main() -> None:
     config = JobConfig.load(args.config)
     if config.swarm is None:
         parser.error(f"--config {args.config}: no swarm: section")
-    # a run folder already there is resumed: its finished phases are read back, not rerun
-    summary = swarm.resume(args.out) if (args.out / "config.yaml").is_file() else swarm.run(config, args.out)
-    rl = [json.loads(line) for line in (args.out / "metrics.jsonl").read_text().splitlines()]
+    # a run folder holding this config's run goes on from its finished phases; one of another config is refused
+    summary = swarm.run(config, args.out)
+    metrics = args.out / "metrics.jsonl"  # absent when RL made no update
+    rl = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
     by_update = {key: [round(m.get(key, float("nan")), 3) for m in rl] for key in
                  ("reward/item_f1", "swarm/spawn_rate", "swarm/finish_rate", "swarm/critical_steps")}  # fmt: skip
     widths = {summary["width"]: structure(summary)}

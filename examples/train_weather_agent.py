@@ -179,4 +179,7 @@ if __name__ == "__main__":
         help="SFT steps on one demonstrated first turn per training city before RL; -1: 2 for models trained "
         "with LoRA (a real model that does not yet write the tool format), 0 otherwise",
     )
-    print(json.dumps(asyncio.run(main(parser.parse_args()))))
+    args = parser.parse_args()
+    if args.updates < 1:
+        parser.error("--updates: at least 1 (the figures compare the first update with the last)")
+    print(json.dumps(asyncio.run(main(args))))

@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4, help="benchmark episodes per held-out item and policy")
     parser.add_argument("--items", type=int, default=24, help="held-out benchmark items (of benchmark.jsonl's 24)")
     args = parser.parse_args()
+    if args.cycles < 1:
+        parser.error("--cycles: at least 1")
     started = time.perf_counter()
     out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)

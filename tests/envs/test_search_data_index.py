@@ -57,6 +57,9 @@ def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tm
     tasks.write_text(json.dumps(dict(json.loads(lines[0]), answer="?")) + "\n")
     with pytest.raises(TraceLineError, match=r"line 1: answer: Value error, has no letter or digit"):
         load(corpus, tasks)
+    tasks.write_text(json.dumps(dict(json.loads(lines[0]), question="  ")) + "\n")
+    with pytest.raises(TraceLineError, match=r"line 1: question: Value error, is blank"):
+        load(corpus, tasks)
 
 
 def test_hybrid_search_finds_gold_chunks_and_skips_shown_ones(tmp_path):

@@ -50,6 +50,8 @@ def test_a_validation_split_holds_questions_no_training_task_holds():
     validation = wide_tasks(held, width=4, seed=1, name="validation")
     tasks = wide_tasks(rest, width=4, seed=1, bundlings=3)
     assert [t.id for t in validation] == ["wide-validation-0", "wide-validation-1"]
+    with pytest.raises(ValueError, match="both splits would share task ids"):  # wide-x-0 for train and test alike
+        wide_tasks(items, width=4, name="x")
     training = {i for t in tasks if t.split == "train" for i in t.data["item_ids"]}
     assert training and not training & {i for t in validation for i in t.data["item_ids"]}
     # the test tasks are the ones a run without a validation split gets

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from harnessrl.job import swarm
 from harnessrl.job.config import JobConfig
 from harnessrl.job.swarm import _SwarmJob, search_config
 from harnessrl.types import Call, Episode
@@ -98,6 +99,21 @@ def test_the_sub_agent_is_trained_by_the_main_jobs_own_phases_on_this_jobs_data(
         JobConfig.model_validate({"swarm": {"orchestrator_temperature": 0}})
     with pytest.raises(ValidationError, match="max_critical_steps: 7 leaves no room .* = 8"):
         JobConfig.model_validate({"swarm": {"limits": {"max_critical_steps": 7}}})  # agent.max_turns 6
+
+
+def test_swarm_configs_the_job_cannot_honour_are_refused_before_the_folder_holds_them(tmp_path):
+    for given, said in [
+        ({"rl": {"guidance": True}}, "rl.guidance is the search job's"),
+        ({"sft": {"filter": {}}}, "sft.filter is the search job's"),
+        ({"swarm": {"limits": {"max_orchestrator_steps": 1}}}, "max_orchestrator_steps: at least 2"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            JobConfig.model_validate({"swarm": {}, **given} if "swarm" not in given else given)
+    for key in ("subagent_model", "subagent_base"):  # a typo names its key, and the folder stays empty
+        config = JobConfig.model_validate({"swarm": {key: "tiny-bse"}})
+        with pytest.raises(ValueError, match=f"swarm.{key}: --model / model: 'tiny-bse' is not one of"):
+            swarm.run(config, tmp_path / key)
+        assert not (tmp_path / key / "config.yaml").exists()
 
 
 def test_demonstrations_longer_than_the_orchestrator_may_write_are_refused(tmp_path):

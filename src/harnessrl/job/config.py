@@ -336,6 +336,15 @@ class JobConfig(_Strict):
             raise ValueError("rl.fresh_tasks is the search job's (the swarm job's is swarm.rl_questions)")
         if self.rl.fresh_tasks and self.rl.guidance:
             raise ValueError("rl.fresh_tasks with rl.guidance: RL's tasks would have no demonstration to guide them")
+        if self.rl.guidance and (self.swarm is not None or self.code is not None):
+            raise ValueError("rl.guidance is the search job's: the swarm and code jobs train no guides beside RL")
+        if self.sft.filter is not None and self.swarm is not None:
+            raise ValueError("sft.filter is the search job's (its recall filter reads one task's gold documents)")
+        if self.swarm is not None and self.swarm.limits.max_orchestrator_steps < 2:
+            raise ValueError(
+                "swarm.limits.max_orchestrator_steps: at least 2 (one reply to assign, one to answer): the expert "
+                "demonstrates both, and an orchestrator cut off after one would never answer"
+            )
         if self.rl.rollout.backend != "local":  # refused now, not after SFT and the first eval
             raise ValueError(
                 "rl.rollout.backend: ray: the jobs serve their policy in process, which Ray workers cannot reach; "

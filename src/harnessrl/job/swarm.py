@@ -40,6 +40,7 @@ from harnessrl.gateway.models import Pinned
 from harnessrl.job import main
 from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
+from harnessrl.policy.sources import SourceError, check_model
 from harnessrl.rewards.parl import SwarmAlarms, swarm_metrics
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
@@ -52,6 +53,14 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
     swarm = config.swarm  # absolute, so that `resume` from another directory finds the same sub-agent
     swarm.subagent_run = swarm.subagent_run.resolve()
     swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
+    for key, model in (("swarm.subagent_model", swarm.subagent_model), ("swarm.subagent_base", swarm.subagent_base)):
+        try:  # checked before the folder holds the config: a retry with the mended name is the same run
+            if model is not None:
+                check_model(model)
+        except SourceError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    if swarm.subagent_config is not None:
+        JobConfig.load(swarm.subagent_config)  # a ValueError naming the file and field
     main.start_run(config, out)  # after: the folder's config.yaml holds these paths absolute
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())

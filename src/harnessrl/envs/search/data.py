@@ -50,6 +50,13 @@ class SearchTask(BaseModel):
         description="the task's kind, e.g. its question template: eval reports success per family",
     )
 
+    @field_validator("question")
+    @classmethod
+    def _asked(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is blank")
+        return v
+
     @field_validator("answer")
     @classmethod
     def _answerable(cls, v: str) -> str:

@@ -33,7 +33,10 @@ def wide_tasks(
     smaller; a last one of a single question is left out: nothing to hand out side by side); every
     train question in `bundlings` of them. Each bundling of each split draws from its
     own random state, so the test tasks depend only on the test questions, `width` and `seed`. Task
-    ids are `wide-<split>-N[-bundling]`, or `wide-<name>-N` with `name`."""
+    ids are `wide-<split>-N[-bundling]`, or `wide-<name>-N` with `name` (for items of one split: the ids of two
+    would collide, and evaluation pairs episodes by task id)."""
+    if name is not None and len({t.split for t in items}) > 1:
+        raise ValueError(f"wide_tasks(name={name!r}): items of both splits would share task ids")
     out = []
     for split, bundling in [("train", 0), ("test", 0)] + [("train", b) for b in range(1, bundlings)]:
         rng = random.Random(f"{seed}:{split}:{bundling}")
