@@ -61,7 +61,7 @@ def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_pa
     run.used = 60  # over half: nothing of the pruned document is suggested for pruning again
     assert "consider prune_chunks([])" in run._usage()
     # a backtracking pattern (re would hold the GIL for hours, past any tool timeout) is a tool error in seconds
-    with pytest.raises(ValueError, match="the pattern took over 2 s"):
+    with pytest.raises(ValueError, match=r"the pattern took over 2(\.\d+)? s"):
         idx.grep(r"\b(a|aa)+\b\.", k=5)
 
 

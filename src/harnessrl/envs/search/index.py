@@ -21,7 +21,8 @@ import regex
 
 from harnessrl.envs.search.data import Doc
 
-GREP_SECONDS = 2.0  # one grep_corpus call's regex time
+GREP_SECONDS = 2.0  # one grep_corpus call's regex time, plus GREP_CHUNK_SECONDS a chunk (a large corpus's scan)
+GREP_CHUNK_SECONDS = 2e-5
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
@@ -99,10 +100,12 @@ class SearchIndex:
 
     def grep(self, pattern: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
         """Chunks whose text matches a regular expression (case-insensitive), in corpus order. The `regex` package
-        with a time budget (GREP_SECONDS for the whole corpus): `re` holds the GIL while a pattern such as
-        `(\\w+\\s?)*!` backtracks, so no tool timeout could stop it and every episode of the process would hang."""
+        with a time budget (GREP_SECONDS, and GREP_CHUNK_SECONDS for each chunk): `re` holds the GIL while a
+        pattern such as `\\b(a|aa)+\\b\\.` backtracks, so no tool timeout could stop it and every episode of the
+        process would hang."""
         compiled = regex.compile(pattern, regex.I)
-        deadline, found = time.monotonic() + GREP_SECONDS, []
+        budget = GREP_SECONDS + GREP_CHUNK_SECONDS * len(self.chunks)
+        deadline, found = time.monotonic() + budget, []
         for c in self.chunks:
             if c.id in exclude:
                 continue
@@ -110,7 +113,7 @@ class SearchIndex:
                 hit = compiled.search(c.text, timeout=max(deadline - time.monotonic(), 0.001))
             except TimeoutError:
                 raise ValueError(
-                    f"the pattern took over {GREP_SECONDS:g} s (nested repeats backtrack); simplify it"
+                    f"the pattern took over {budget:.3g} s (nested repeats backtrack); simplify it"
                 ) from None
             if hit:
                 found.append(c)
