@@ -13,10 +13,14 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
+import regex
 from pydantic import TypeAdapter, ValidationError
+
+T = TypeVar("T")
 
 
 def tool_schema(fn: Callable) -> dict[str, Any]:
@@ -106,3 +110,22 @@ def _in_thread(fn: Callable, *args) -> asyncio.Future:
 
     threading.Thread(target=run, daemon=True, name=f"tool-{getattr(fn, '__name__', 'call')}").start()
     return future
+
+
+def matching(pattern: str, items: Iterable[tuple[T, str]], seconds: float) -> Iterator[T]:
+    """The items whose text a model's case-insensitive regex matches, lazily and in order, all of them within
+    `seconds`; past it a ValueError (the tool's error observation). The `regex` package's timeout: `re` holds the
+    GIL while a pattern such as `\\b(a|aa)+\\b\\.` backtracks, so no tool timeout could stop it and every episode
+    of the process would hang. A bad pattern is `regex.error` here, before any item is read."""
+    compiled = regex.compile(pattern, regex.I)
+    return _matches(compiled, items, time.monotonic() + seconds, seconds)
+
+
+def _matches(compiled, items: Iterable[tuple[T, str]], deadline: float, seconds: float) -> Iterator[T]:
+    for item, text in items:
+        try:
+            hit = compiled.search(text, timeout=max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            raise ValueError(f"the pattern took over {seconds:.3g} s (nested repeats backtrack); simplify it") from None
+        if hit:
+            yield item

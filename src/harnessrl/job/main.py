@@ -161,6 +161,11 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     return asyncio.run(_Job(config, out, progress).run())
 
 
+def _unfinished(phase: str) -> str:
+    """phases.json's key for a phase's seconds up to its last save, in starts killed before it ended."""
+    return f"{phase} (unfinished)"
+
+
 class _Job:
     VALIDATION_METRIC = "success"  # what validation.jsonl records per update and best/ maximises
 
@@ -273,21 +278,25 @@ class _Job:
         so the time of a start killed mid-phase stays in wall_seconds and the budget after a resume."""
         self._current = (name, time.perf_counter())
         result = await work()
-        if name not in self.seconds or f"{name} (unfinished)" in self.seconds:  # a finished phase may go on (resumed
-            self.seconds[name] = self.seconds.get(name, 0.0) + self._phase_seconds()  # with more sft.steps)
-            self.seconds.pop(f"{name} (unfinished)", None)
-            write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
+        unfinished = _unfinished(name)
+        if name not in self.seconds or unfinished in self.seconds:  # a finished phase may go on (more sft.steps)
+            self.seconds[name] = self.seconds.get(name, 0.0) + self._phase_seconds()
+            self.seconds.pop(unfinished, None)
+            self._write_phases()
         return result
 
     def _phase_seconds(self) -> float:
         """Seconds of the running phase: this start's, and those of earlier starts that ended before it did."""
         name, started = self._current
-        return self.seconds.get(f"{name} (unfinished)", 0.0) + time.perf_counter() - started
+        return self.seconds.get(_unfinished(name), 0.0) + time.perf_counter() - started
 
     def _phase_progress(self) -> None:
         """After a save of the running phase: its seconds so far into phases.json."""
         name, _ = self._current
-        self.seconds[f"{name} (unfinished)"], self._current = self._phase_seconds(), (name, time.perf_counter())
+        self.seconds[_unfinished(name)], self._current = self._phase_seconds(), (name, time.perf_counter())
+        self._write_phases()
+
+    def _write_phases(self) -> None:
         write_atomic(self.out / "phases.json", json.dumps(self.seconds, indent=1))
 
     async def _demos(self, agent: SearchAgent, reward, train) -> list[Episode]:
@@ -443,7 +452,7 @@ class _Job:
         budget = self.config.budget()
         if budget is None:
             return None
-        spent = sum(v for k, v in self.seconds.items() if not k.startswith("rl")) + self._phase_seconds()
+        spent = sum(v for k, v in self.seconds.items() if k not in ("rl", _unfinished("rl"))) + self._phase_seconds()
         seconds = [r["seconds"] for r in self._validation_records() if r.get("seconds")] or [0.0]
         growth = seconds[-1] / seconds[0] if seconds[0] else 1.0
         evaluation = sum(v for k, v in self.seconds.items() if k.startswith("eval_before")) * growth

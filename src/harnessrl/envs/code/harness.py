@@ -16,9 +16,9 @@ of the loss (the ablation).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import openai
@@ -28,6 +28,7 @@ from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.score import python_argv, regular_files, score, too_big
 from harnessrl.envs.code.tasks import load_task
 from harnessrl.harness import Toolbox
+from harnessrl.harness.tools import matching
 from harnessrl.types import Outcome, Task
 
 SYSTEM = "You fix bugs in a small Python project. Read the code, edit it, run the tests, then submit."
@@ -102,23 +103,16 @@ class _Run:
 
     def search_code(self, pattern: str) -> str:
         """Lines matching a regex, as path:line: text."""
+        files = (p for p in regular_files(self.workspace) if p.suffix == ".py" and not too_big(p))
+        lines = (((p, n, line), line[:_SEARCH_LINE]) for p in files
+                 for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1))  # fmt: skip
         try:
-            compiled = regex.compile(pattern, regex.I)
+            found = list(itertools.islice(matching(pattern, lines, _SEARCH_SECONDS), _MAX_HITS))
         except regex.error as exc:
             return f"error: bad pattern: {exc}"
-        hits, deadline = [], time.monotonic() + _SEARCH_SECONDS
-        for p in regular_files(self.workspace):
-            if p.suffix != ".py" or too_big(p):
-                continue
-            for n, line in enumerate(p.read_text(errors="replace").splitlines(), start=1):
-                try:
-                    found = compiled.search(line[:_SEARCH_LINE], timeout=max(deadline - time.monotonic(), 0.001))
-                except TimeoutError:
-                    return f"error: the pattern took over {_SEARCH_SECONDS:g} s (nested repeats backtrack); simplify it"
-                if found:
-                    hits.append(f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}")
-                if len(hits) == _MAX_HITS:
-                    return "\n".join(hits)
+        except ValueError as exc:  # past _SEARCH_SECONDS
+            return f"error: {exc}"
+        hits = [f"{p.relative_to(self.workspace)}:{n}: {line.strip()[:_MAX_LINE]}" for p, n, line in found]
         return "\n".join(hits) or "no matches"
 
     def edit_file(self, path: str, search: str, replace: str) -> str:

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-import regex
-
 from harnessrl.envs.search.data import Doc
+from harnessrl.harness.tools import matching
 
 GREP_SECONDS = 2.0  # one grep_corpus call's regex time, plus GREP_CHUNK_SECONDS a chunk (a large corpus's scan)
 GREP_CHUNK_SECONDS = 2e-5
@@ -99,27 +98,11 @@ class SearchIndex:
         return self.encoder.encode([query], normalize_embeddings=True)[0].tolist()
 
     def grep(self, pattern: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
-        """Chunks whose text matches a regular expression (case-insensitive), in corpus order. The `regex` package
-        with a time budget (GREP_SECONDS, and GREP_CHUNK_SECONDS for each chunk): `re` holds the GIL while a
-        pattern such as `\\b(a|aa)+\\b\\.` backtracks, so no tool timeout could stop it and every episode of the
-        process would hang."""
-        compiled = regex.compile(pattern, regex.I)
-        budget = GREP_SECONDS + GREP_CHUNK_SECONDS * len(self.chunks)
-        deadline, found = time.monotonic() + budget, []
-        for c in self.chunks:
-            if c.id in exclude:
-                continue
-            try:
-                hit = compiled.search(c.text, timeout=max(deadline - time.monotonic(), 0.001))
-            except TimeoutError:
-                raise ValueError(
-                    f"the pattern took over {budget:.3g} s (nested repeats backtrack); simplify it"
-                ) from None
-            if hit:
-                found.append(c)
-                if len(found) == k:
-                    break
-        return found
+        """Chunks whose text matches a regular expression (case-insensitive), in corpus order, within GREP_SECONDS
+        and GREP_CHUNK_SECONDS a chunk (`harness.tools.matching`: a backtracking pattern is a ValueError)."""
+        seconds = GREP_SECONDS + GREP_CHUNK_SECONDS * len(self.chunks)
+        hits = matching(pattern, ((c, c.text) for c in self.chunks if c.id not in exclude), seconds)
+        return list(itertools.islice(hits, k))
 
     def chunks_of(self, doc_id: str) -> list[Chunk]:
         return self.by_doc.get(doc_id, [])
