@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harnessrl.gateway.schema import FeedbackBody, InputError, Message, Tool
+from harnessrl.gateway.schema import FeedbackBody, InputError, Message, Tool, check_json
 from harnessrl.loop.store import Store
 from harnessrl.types import Outcome, Task
 
@@ -86,9 +86,8 @@ def _parse(raw: bytes) -> tuple[Trace | None, str]:
         return None, f"not JSON (truncated?): {exc}"
     if not isinstance(data, dict):
         return None, f"not a JSON object but {type(data).__name__}"
-    if (where := _surrogate(data)) is not None:  # valid JSON, yet no text: nothing can store or re-encode it
-        return None, f"{where or 'line'}: a lone UTF-16 surrogate (\\ud800-\\udfff) is not a character"
-    try:
+    try:  # valid JSON can still hold what no store keeps: a lone surrogate, NaN (stored as null), deep nesting
+        check_json(data)
         trace = Trace.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -98,19 +97,6 @@ def _parse(raw: bytes) -> tuple[Trace | None, str]:
     if not any(m.role == "user" for m in trace.messages):
         return None, "messages: no user message"
     return trace, ""
-
-
-def _surrogate(value, where: str = "") -> str | None:
-    """Where (dotted, as the validation errors name fields) a string of `value` holds a lone surrogate, or None."""
-    if isinstance(value, str):
-        return where if any("\ud800" <= c <= "\udfff" for c in value) else None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if isinstance(key, str) and _surrogate(key) is not None:
-            return f"{where}.{key!r}".lstrip(".")
-        if (found := _surrogate(item, f"{where}.{key}".lstrip("."))) is not None:
-            return found
-    return None
 
 
 def _task(trace_id: str, trace: Trace) -> Task:
