@@ -11,6 +11,8 @@ from typing import Literal
 import typer
 from rich.console import Console
 
+from harnessrl.policy.toolformat import ToolFormatName
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -30,7 +32,7 @@ def _main() -> None:
 @app.command()
 def serve(
     model: str | None = typer.Option(None, help=MODEL_HELP + "; default tiny"),
-    tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
+    tool_format: ToolFormatName = typer.Option("auto", help=TOOL_FORMAT_HELP),
     host: str = typer.Option("127.0.0.1", help="address to bind; anything but loopback exposes the gateway"),
     port: int = typer.Option(8000, min=0, max=65535, help="TCP port; 0 = any free one"),
     admin_key: str | None = typer.Option(
@@ -154,7 +156,7 @@ def serve(
 @app.command()
 def probe(
     model: str = typer.Option("tiny-base", help=MODEL_HELP),
-    tool_format: str = typer.Option("auto", help=TOOL_FORMAT_HELP),
+    tool_format: ToolFormatName = typer.Option("auto", help=TOOL_FORMAT_HELP),
     items: int = typer.Option(200, min=1, help="fresh items per skill"),
     seed: int = typer.Option(1_000_003, help="seed of the probe items (pretraining never uses it)"),
     record_grid: bool = typer.Option(
@@ -267,7 +269,9 @@ def train(
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
     out: Path = typer.Option(Path("runs/main"), help="run folder"),
     model: str | None = typer.Option(None, help=MODEL_HELP + "; default the config's model: (tiny-base)"),
-    tool_format: str | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the config's tool_format:"),
+    tool_format: ToolFormatName | None = typer.Option(
+        None, help=TOOL_FORMAT_HELP + "; default the config's tool_format:"
+    ),
     resume: Path | None = typer.Option(
         None,
         help="continue this run folder with its own config.yaml: finished phases are kept, SFT and RL go on from their newest checkpoint",
@@ -369,7 +373,7 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), help="folder for eval.json, eval.md, episodes.jsonl"),
     concurrency: int = typer.Option(32, help="episodes in flight at once"),
     seed: int = typer.Option(0, help="torch seed for sampling"),
-    tool_format: str | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the job config's"),
+    tool_format: ToolFormatName | None = typer.Option(None, help=TOOL_FORMAT_HELP + "; default the job config's"),
     baseline: Path | None = typer.Option(
         None,
         help="episodes of the same tasks evaluated before (an eval's episodes.jsonl, a job's eval_before.jsonl): "

@@ -494,22 +494,19 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
 
 
 def test_a_mistyped_model_or_tool_format_fails_before_the_run_folder_holds_a_config(tmp_path):
-    for args, named in [(("--model", "tiny-bsae"), "--model / model:"), (("--tool-format", "hermse"), "--tool-format")]:
+    for args, named in [
+        (("--model", "tiny-bsae"), "--model / model:"),
+        (("--tool-format", "hermse"), "'--tool-format'"),
+    ]:
         refused = cli("train", "--out", tmp_path / "run", *args)
         assert refused.exit_code == 2 and named in refused.stderr, refused.stderr
         assert not (tmp_path / "run" / "config.yaml").exists()
+    for command in ("serve", "probe", "eval"):  # the same choice on every command that takes it
+        refused = cli(command, "--tool-format", "hermse")
+        assert refused.exit_code == 2 and "Invalid value for '--tool-format'" in refused.stderr, refused.stderr
     (tmp_path / "job.yaml").write_text("tool_format: hermse\n")
     refused = cli("train", tmp_path / "job.yaml", "--out", tmp_path / "run")
     assert refused.exit_code == 2 and f"{tmp_path / 'job.yaml'}: tool_format:" in refused.stderr, refused.stderr
     with pytest.raises(ValueError, match="--model / model: 'missing-model'"):
         main.start_run(JobConfig(model="missing-model"), tmp_path / "api")
     assert not (tmp_path / "api").exists()
-
-
-def test_the_configs_tool_formats_are_auto_and_the_policys_formats():
-    from typing import get_args
-
-    from harnessrl.job.config import ToolFormatName
-    from harnessrl.policy.toolformat import FORMATS
-
-    assert get_args(ToolFormatName) == ("auto", *FORMATS)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.policy.sources import SHIPPED
+from harnessrl.policy.toolformat import ToolFormatName
 from harnessrl.rewards import Schedule, anneal_to_zero
 from harnessrl.rollout import RolloutConfig
 from harnessrl.train import TrainConfig
@@ -21,9 +22,6 @@ from harnessrl.types import read_yaml, validated
 # `budget_seconds: auto` for the embedded default: the main job in 15 minutes on a 2-core CPU, whatever its CPU (the
 # default's 24 updates took 872-1017 s on an AMX Xeon and 1175 s under the AVX2 settings, 2026-12-05)
 LAPTOP_SECONDS = 900.0
-
-# 'auto' and policy.toolformat.FORMATS (a test keeps the two in step)
-ToolFormatName = Literal["auto", "hermes", "llama3_json"]
 
 
 class _Strict(BaseModel):

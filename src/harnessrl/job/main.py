@@ -32,7 +32,6 @@ import shutil
 import time
 from collections import Counter
 from pathlib import Path
-from typing import get_args
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,7 +57,7 @@ from harnessrl.eval.heldout import evaluate
 from harnessrl.eval.plots import plot_heldout, plot_rewards
 from harnessrl.eval.trend import training_trend
 from harnessrl.gateway import GatewayClient, create_app
-from harnessrl.job.config import JobConfig, ToolFormatName
+from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
 from harnessrl.policy.sources import check_model
 from harnessrl.rollout import RolloutConfig, RolloutEngine
@@ -81,11 +80,7 @@ def start_run(config: JobConfig, out: Path) -> None:
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
     mixed in (a ValueError names the keys). A corpus or task file that does not load fails here, before the folder
     holds the config (a retry with the mended file would be refused as another run); so does a `model:` that names
-    nothing loadable or a `tool_format:` that is no format (the CLI sets both without validation)."""
-    if config.tool_format not in get_args(ToolFormatName):
-        raise ValueError(
-            f"--tool-format / tool_format: {config.tool_format!r} is not one of {', '.join(get_args(ToolFormatName))}"
-        )
+    nothing loadable (the CLI sets it without validation)."""
     check_model(config.model)  # a SourceError (ValueError) naming --model / model:; no weights are read
     if config.data.corpus is not None:
         load(config.data.corpus, config.data.tasks)

@@ -20,9 +20,10 @@ import json
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
-FORMATS = ("hermes", "llama3_json")
+ToolFormatName = Literal["auto", "hermes", "llama3_json"]  # what a config or --tool-format may name
+FORMATS = get_args(ToolFormatName)[1:]
 _PROBE = "harnessrl_probe_fn"
 
 
