@@ -166,8 +166,13 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
 
 def line_error(path: Path, number: int, exc: ValidationError) -> TraceLineError:
     """The error of a JSONL line that did not validate: file, line, the first field at fault, its message."""
+    return TraceLineError(f"{path}: line {number}: {first_error(exc, 'line')}")
+
+
+def first_error(exc: ValidationError, whole: str) -> str:
+    """`field.path: message` of the first error pydantic found; `whole` names the thing when no field is at fault."""
     first = exc.errors()[0]
-    return TraceLineError(f"{path}: line {number}: {'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}")
+    return f"{'.'.join(map(str, first['loc'])) or whole}: {first['msg']}"
 
 
 def read_yaml(path: Path) -> Any:
@@ -192,5 +197,4 @@ def validated(model: type[M], data: Any, path: Path) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ValueError(f"{path}: {'.'.join(map(str, first['loc'])) or 'config'}: {first['msg']}") from None
+        raise ValueError(f"{path}: {first_error(exc, 'config')}") from None

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl.gateway.schema import FeedbackBody, InputError, Message, Tool, check_json
 from harnessrl.loop.store import Store
-from harnessrl.types import Outcome, Task
+from harnessrl.types import Outcome, Task, first_error
 
 
 class Trace(BaseModel):
@@ -90,8 +90,7 @@ def _parse(raw: bytes) -> tuple[Trace | None, str]:
         check_json(data)
         trace = Trace.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        return None, f"{'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}"
+        return None, first_error(exc, "line")
     except InputError as exc:
         return None, str(exc)
     if not any(m.role == "user" for m in trace.messages):

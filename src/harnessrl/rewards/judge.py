@@ -20,7 +20,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl.rewards.compose import Term, TermFailure
-from harnessrl.types import Episode
+from harnessrl.types import Episode, first_error
 
 _DECODER = json.JSONDecoder()
 
@@ -157,7 +157,9 @@ class Judge:
         try:
             completion = _Completion.model_validate_json(response.text)
         except ValidationError as exc:
-            raise ValueError(f"{_first_error(exc)} in the server's answer {response.text[:200]!r}") from None
+            raise ValueError(
+                f"{first_error(exc, 'completion')} in the server's answer {response.text[:200]!r}"
+            ) from None
         if completion.usage is not None:
             self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
             self.usage.completion_tokens += completion.usage.completion_tokens or 0
@@ -165,7 +167,7 @@ class Judge:
         try:
             parsed = _Scores.model_validate(_first_json_object(text))
         except ValidationError as exc:
-            raise ValueError(f"{_first_error(exc)} in {text[:200]!r}") from None
+            raise ValueError(f"{first_error(exc, 'verdict')} in {text[:200]!r}") from None
         ids = sorted(s.id for s in parsed.scores)
         if ids != list(range(count)):
             raise ValueError(f"expected ids 0..{count - 1} once each, got {ids} in {text[:200]!r}")
@@ -177,13 +179,6 @@ class Judge:
     def term(self, name: str = "judge", weight=1.0, group: bool = True, **kw) -> Term:
         """This judge as a reward term (group-relative by default)."""
         return Term(name, self.group if group else self.pointwise, weight, group=group, **kw)
-
-
-def _first_error(exc: ValidationError) -> str:
-    """One line naming the first field pydantic refused and why."""
-    error = exc.errors()[0]
-    where = ".".join(map(str, error["loc"]))
-    return f"{where}: {error['msg']}" if where else error["msg"]
 
 
 def _first_json_object(text: str) -> dict:

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harnessrl.types import Task
+from harnessrl.types import Task, first_error
 
 # paths that configure or hold tests: never taken from the agent's workspace into the scoring copy
 TEST_PATH = re.compile(
@@ -66,8 +66,7 @@ def load_task(folder: Path) -> CodeTask:
     try:
         task = CodeTask.model_validate_json(spec.read_text())
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise TaskFormatError(f"{spec}: {'.'.join(map(str, first['loc'])) or 'file'}: {first['msg']}") from None
+        raise TaskFormatError(f"{spec}: {first_error(exc, 'file')}") from None
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
