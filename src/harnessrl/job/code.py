@@ -144,7 +144,7 @@ class _CodeJob(main._Job):
         test = [spec.task(path) for spec, path in heldout_sample(loaded, config.eval_tasks, config.seed)]
         if not train or not test:
             raise ValueError(f"{folder}: the tasks need both splits: {len(train)} train, {len(test)} test")
-        (out / "tasks.json").write_text(json.dumps({"folder": str(folder), "stats": stats}, indent=1))
+        write_atomic(out / "tasks.json", json.dumps({"folder": str(folder), "stats": stats}, indent=1))
         limits = sandbox.Limits(
             wall_seconds=code.test_seconds, cpu_seconds=int(code.test_seconds), workspace_mb=sandbox.WORKSPACE_MB
         )
@@ -187,7 +187,7 @@ class _CodeJob(main._Job):
             "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "phase_seconds": self.seconds,
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_atomic(out / "summary.json", json.dumps(summary, indent=1))
         main.warn_heldout_alarms(summary)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")

@@ -92,7 +92,7 @@ def start_run(config: JobConfig, out: Path) -> None:
                 f" --resume {out}, or give another --out"
             )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_atomic(out / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -258,7 +258,7 @@ class _Job:
             "phase_seconds": self.seconds,
             "warm_start": json.loads(warm.read_text())["from"] if warm.is_file() else None,  # from_warm_start's source
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_atomic(out / "summary.json", json.dumps(summary, indent=1))
         for alarm in summary["training_trend"]["alarms"]:  # found, to be explained: never averaged away
             log.warning("training alarm: %s over RL (summary.json's training_trend; rewards.png)", alarm)
         warn_heldout_alarms(summary)
@@ -311,7 +311,7 @@ class _Job:
         if cfg.filter is not None:  # Context-1's recall filter; counts at each threshold in sft/filter.json
             demos, counts = filter_demonstrations(demos, cfg.filter)
             (self.out / "sft").mkdir(parents=True, exist_ok=True)
-            (self.out / "sft" / "filter.json").write_text(json.dumps(counts, indent=1))
+            write_atomic(self.out / "sft" / "filter.json", json.dumps(counts, indent=1))
             if not demos:
                 raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
         train_cfg = TrainConfig(
@@ -368,7 +368,7 @@ class _Job:
             "sampled_repeats": repeats,
             "policy_version": self.policy.version,
         }
-        path.write_text(json.dumps(result, indent=1))
+        write_atomic(path, json.dumps(result, indent=1))  # it marks the phase done: a torn one would stop a resume
         return result
 
     def _reuse_eval_before(self) -> None:
@@ -379,7 +379,7 @@ class _Job:
             return
         files = [p for p in self.out.glob("eval_before*") if p.suffix in (".json", ".jsonl")]
         for path in sorted(files, key=lambda p: p.suffix == ".json"):  # each .json last: it marks its phase done
-            shutil.copyfile(path, self.out / path.name.replace("eval_before", "eval_after", 1))
+            write_atomic(self.out / path.name.replace("eval_before", "eval_after", 1), path.read_text(encoding="utf-8"))
 
     async def _run_rl(self, harness, reward, train, rollout, batch_metrics=None, guides=None) -> None:
         """RL from the newest checkpoint up to `rl.updates`, shared by every job: the trainer (LoRA when the
@@ -460,7 +460,7 @@ class _Job:
         """RL ended at the budget (its last update validated and saved): budget_stop.json, so a resume does not go on."""
         log.warning("budget_seconds %s: RL ends at update %d of %d (projected %.0f s)", stop["budget"], stop["update"],
                     self.config.rl.updates, stop["projected_seconds"])  # fmt: skip
-        (self.out / "budget_stop.json").write_text(json.dumps(stop))
+        write_atomic(self.out / "budget_stop.json", json.dumps(stop))
 
     def _budget_stop(self) -> dict | None:
         """budget_stop.json: where the time budget ended RL ({update, seconds, projected_seconds, budget}), or None."""

@@ -44,6 +44,7 @@ from harnessrl.policy.sources import SourceError, check_model
 from harnessrl.rewards.parl import SwarmAlarms, swarm_metrics
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
+from harnessrl.train.checkpoint import write_atomic
 from harnessrl.types import Episode, Task, read_jsonl
 
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
@@ -214,7 +215,7 @@ class _SwarmJob(main._Job):
             "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "phase_seconds": self.seconds,
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        write_atomic(out / "summary.json", json.dumps(summary, indent=1))
         main.warn_heldout_alarms(summary)
         if (out / "metrics.jsonl").exists():
             plot_rewards(out / "metrics.jsonl", out / "rewards.png")
@@ -268,7 +269,7 @@ class _SwarmJob(main._Job):
             "episodes": len(episodes),
             "policy_version": self.policy.version,
         }
-        path.write_text(json.dumps(result, indent=1))
+        write_atomic(path, json.dumps(result, indent=1))
         return result
 
     async def _validation_scores(self, harness, tasks) -> dict[str, list[float]]:

@@ -67,7 +67,7 @@ def load_state(path: Path, map_location: str | None = None) -> dict[str, Any]:
 
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
