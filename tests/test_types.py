@@ -49,3 +49,20 @@ def test_an_episode_succeeded_only_on_the_harness_verdict_true():
     assert not Episode().succeeded  # no outcome: the harness gave no verdict
     assert not Episode(outcome=Outcome(answer="Paris")).succeeded  # an answer without a verdict
     assert not Episode(outcome=Outcome(success=False)).succeeded
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda e: setattr(e.calls[1], "extends_call", 1), "calls.1.extends_call: 1 is not an earlier call"),
+        (lambda e: setattr(e.calls[1], "parent_call", 3), "calls.1.parent_call: 3 is not an earlier call"),
+        (lambda e: e.calls[1].prompt_ids.__setitem__(4, 9), "calls.1.extends_call: its prompt_ids do not begin"),
+    ],
+)
+def test_a_call_links_only_to_an_earlier_call_whose_tokens_its_prompt_begins_with(change, named):
+    episode = _episode()
+    change(episode)  # assignments are not validated: the line read back is
+    with pytest.raises(ValidationError, match=named):
+        Episode.from_json(episode.to_json())
+    with pytest.raises(ValidationError, match="extends_call"):
+        Call(prompt_ids=[1], completion_ids=[], sampled_logprobs=[], policy_version=0, extends_call=-1)

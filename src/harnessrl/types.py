@@ -60,7 +60,7 @@ class Call(_Model):
     top_p: float = Field(default=1.0, gt=0, le=1, description="the nucleus it was sampled from")
     demonstration: bool = Field(default=False, description="an expert's reply recorded as a call, not sampled")
     finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
-    extends_call: int | None = None
+    extends_call: int | None = Field(default=None, ge=0)
     tool_call_error: str | None = Field(default=None, description="why emitted tool calls were returned as text")
     started_at: float = Field(default_factory=time.time, description="unix seconds when the request arrived")
     ended_at: float = Field(default_factory=time.time, description="unix seconds when the completion was ready")
@@ -117,6 +117,24 @@ class Episode(_Model):
     metrics: dict[str, float] = Field(default_factory=dict)
     status: Literal["running", "finished", "failed"] = "running"
     failure_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _links(self) -> Episode:
+        """Each call's `extends_call` and `parent_call` name an earlier call, and an extended call's prompt +
+        completion begin this call's prompt (what the gateway records; `harnessrl inspect` and `eval` rely on it)."""
+        for index, call in enumerate(self.calls):
+            for key in ("parent_call", "extends_call"):
+                if (earlier := getattr(call, key)) is not None and earlier >= index:
+                    raise ValueError(f"calls.{index}.{key}: {earlier} is not an earlier call")
+            if call.extends_call is not None:
+                extended = self.calls[call.extends_call]
+                head = extended.prompt_ids + extended.completion_ids
+                if call.prompt_ids[: len(head)] != head:
+                    raise ValueError(
+                        f"calls.{index}.extends_call: its prompt_ids do not begin with call {call.extends_call}'s"
+                        " prompt_ids + completion_ids"
+                    )
+        return self
 
     @property
     def demonstrated(self) -> bool:

@@ -13,6 +13,7 @@ from harnessrl.eval.evaluate import (
     by_rare_draws,
     critical_steps,
     episode_metrics,
+    gain_ci,
     paired_gain,
     permutation_p,
     rare_draws,
@@ -175,6 +176,27 @@ def test_checkpoint_resolution(tmp_path):
         resolve_checkpoint(str(tmp_path / "nowhere"))
 
 
+def _step(root, number):
+    """A complete checkpoint under `root`, named by `root/latest`."""
+    step = root / f"step-{number:06d}"
+    step.mkdir(parents=True)
+    (step / "config.json").write_text("{}")
+    (step / "trainer_state.pt").write_bytes(b"")
+    (root / "latest").write_text(step.name)
+    return step
+
+
+def test_checkpoint_resolution_of_a_job_that_ended_on_sft_or_was_killed_replacing_best(tmp_path):
+    run = tmp_path / "run"
+    sft = _step(run / "sft" / "checkpoints", 10)
+    assert resolve_checkpoint(str(run)) == str(sft)  # rl.updates 0 and no validation: the SFT weights
+    rl = _step(run / "checkpoints", 2)
+    assert resolve_checkpoint(str(run)) == str(rl)
+    (run / ".best.old").mkdir()  # killed after moving best/ aside, before putting the new one in place
+    (run / ".best.old" / "config.json").write_text("{}")
+    assert resolve_checkpoint(str(run)) == str(run / ".best.old")
+
+
 def _call(agent, start, end, prompt=(1,), completion=(2,), **kw):
     return Call(agent=agent, prompt_ids=list(prompt), completion_ids=list(completion), sampled_logprobs=[0.0] * len(completion),
                 policy_version=0, started_at=start, ended_at=end, **kw)  # fmt: skip
@@ -292,3 +314,5 @@ def test_the_gain_against_a_baseline_pairs_the_tasks_both_evaluated():
     assert gain["ci"][0] == 0.0 and gain["ci"][1] == 0.5
     with pytest.raises(ValueError, match="share no task"):
         paired_gain(before, [episode("new", True)])
+    with pytest.raises(ValueError, match="share no task"):  # was [nan, nan] with numpy's warnings
+        gain_ci(before, [episode("new", True)])

@@ -2,13 +2,15 @@
 trainer's own loss mask."""
 
 import asyncio
+import io
 import re
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from harnessrl.eval.inspect import completion_masks
+from harnessrl.eval.inspect import NotThisTokenizer, completion_masks, load_tokenizer, render
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Episode, Outcome, Task
@@ -170,9 +172,27 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     assert "--index 3" in _failure(str(path), "--index", "3")
     result = CliRunner().invoke(app, ["inspect", str(path), "--model", str(tmp_path)])
     assert result.exit_code == 2 and "not 'tiny', 'tiny-base'" in result.stderr
-    calls = [c.model_copy(update={"lineage": "sub", "parent_call": i}) for i, c in enumerate(episode.calls)]
-    path.write_text(episode.model_copy(update={"calls": calls}).to_json() + "\n")  # a tree that does not hold
+    calls = [
+        c.model_copy(update={"lineage": "sub", "parent_call": i - 1 if i else None})
+        for i, c in enumerate(episode.calls)
+    ]
+    path.write_text(episode.model_copy(update={"calls": calls}).to_json() + "\n")  # one lineage with two parents
     assert "lineage 'sub'" in _failure(str(path))
+
+
+def test_ids_beyond_the_tokenizers_vocabulary_are_refused_before_anything_is_drawn(episode):
+    """Another model's episode (SmolLM2's ids under tiny-base's 2,050 tokens) would decode to empty pieces."""
+    other = episode.model_copy(deep=True)
+    other.calls[1].completion_ids[-1] = 49000
+    tokenizer, console = load_tokenizer("tiny"), Console(file=io.StringIO())
+    with pytest.raises(NotThisTokenizer) as refused:
+        render(other, tokenizer, console)
+    assert "call 1 holds token id 49000, beyond this tokenizer's vocabulary (2050 tokens): pass --model" in str(
+        refused.value
+    )
+    assert console.file.getvalue() == ""
+    render(episode, tokenizer, console)
+    assert f"episode {episode.id}" in console.file.getvalue()
 
 
 async def test_a_swarm_episode_shows_its_call_tree(swarm_gateway, tmp_path):

@@ -167,9 +167,52 @@ def test_bad_run_folders_fail_with_exit_2_naming_the_file_and_line(runs, tmp_pat
     cut = tmp_path / "cut"
     cut.mkdir()
     lines = (runs[0] / "metrics.jsonl").read_text().splitlines()
-    (cut / "metrics.jsonl").write_text("\n".join(lines[:2] + [lines[2][:40]]))
-    assert f"{cut / 'metrics.jsonl'}: line 3: not JSON" in report(cut)
+    (cut / "metrics.jsonl").write_text("\n".join([lines[0], lines[2][:40], lines[1]]) + "\n")
+    assert f"{cut / 'metrics.jsonl'}: line 2: not JSON" in report(cut)
     assert not (cut / "report.html").exists()
+    # a value the page counts or plots by, or a summary's bar groups, of the wrong shape
+    bad = {
+        "validation.jsonl": ('{"update": 0, "success": 0.5}\n{"success": 0.5}\n', "line 2: 'update' missing"),
+        "summary.json": (
+            '{"heldout_success_before": 0.1, "heldout_by_gold_docs": [1, 2]}',
+            "'heldout_by_gold_docs' is [1, 2]",
+        ),
+        "metrics.jsonl": (lines[0] + '\n{"perf/skipped_update": null}\n', "line 2: 'perf/skipped_update' is null"),
+    }
+    for name, (text, says) in bad.items():
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text(lines[0] + "\n")
+        (folder / name).write_text(text)
+        assert f"{folder / name}: {says}" in report(folder)
+
+
+def test_a_last_line_cut_short_is_skipped_as_the_job_drops_it(runs, tmp_path):
+    """A line being appended (a live run) or cut by a kill: no newline yet. The job drops it too."""
+    lines = (runs[0] / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "metrics.jsonl").write_text("".join(lines[:2]) + lines[2][:40])
+    (tmp_path / "validation.jsonl").write_text('{"update": 0, "success": 0.25}\n{"update": 3, "succ')
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "report.html").read_text()
+    assert "<td>RL updates</td><td>2</td>" in text and (tmp_path / "report" / "validation.png").is_file()
+
+
+def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs[0], run)
+    (run / "heldout.png").write_bytes(b"the job's own plot")
+    files = sorted(run.rglob("*"))
+    for out, says in [
+        (run, "ending in .html"),  # was: PNGs written into the run folder, then "Is a directory"
+        (tmp_path / "page", "ending in .html"),
+        (tmp_path / "run.html", f"the run folder {run}/"),  # its PNG folder: run/
+    ]:
+        result = CliRunner().invoke(app, ["report", str(run), "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert f"--out {out}: " in result.stderr and says in result.stderr
+    assert sorted(run.rglob("*")) == files and (run / "heldout.png").read_bytes() == b"the job's own plot"
+    assert not (tmp_path / "page").exists() and not (tmp_path / "run.html").exists()
 
 
 # ---- headless Chromium over the DevTools protocol ----------------------------------------

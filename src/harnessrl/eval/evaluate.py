@@ -147,21 +147,24 @@ ENVS: dict[str, Callable[[EvalRequest, Path], EvalEnv]] = {"search": _search_env
 def resolve_checkpoint(checkpoint: str) -> str:
     """The model behind --checkpoint: 'tiny' / a shipped base / a preset / a .gguf file as they are, else
     the first folder with a config.json among DIR, DIR/model (an SFT run's final weights), DIR/best (the
-    checkpoint a job kept on validation: its summary's "after"), the step DIR/latest names (a checkpoints/
-    folder) and the step DIR/checkpoints/latest names (a run folder without best/)."""
+    checkpoint a job kept on validation: its summary's "after"), DIR/.best.old (best/ where a kill came between
+    moving it aside and putting the new one in place; the job takes it back too), the step DIR/latest names (a
+    checkpoints/ folder), the step DIR/checkpoints/latest names (a run folder without best/) and the step
+    DIR/sft/checkpoints/latest names (a job that ended on its SFT weights: no RL update, no validation)."""
     if checkpoint in ("tiny", *SHIPPED, *PRESETS) or checkpoint.endswith(".gguf"):
         return checkpoint
     path = Path(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint {checkpoint}: no such folder (nor 'tiny-base')")
     # the step `latest` names, or the newest complete one where a kill left `latest` naming none
-    candidates = [path, path / "model", path / "best", latest_checkpoint(path), latest_checkpoint(path / "checkpoints")]
+    candidates = [path, path / "model", path / "best", path / ".best.old", latest_checkpoint(path)]
+    candidates += [latest_checkpoint(path / "checkpoints"), latest_checkpoint(path / "sft" / "checkpoints")]
     for candidate in candidates:
         if candidate is not None and (candidate / "config.json").is_file():
             return str(candidate)
     raise CheckpointError(
         f"--checkpoint {checkpoint}: no model folder: looked for config.json in it, in model/, "
-        "in best/, and in the step named by latest or checkpoints/latest"
+        "in best/ (and .best.old/), and in the step named by latest, checkpoints/latest or sft/checkpoints/latest"
     )
 
 
@@ -304,16 +307,18 @@ def succeeded(e: Episode) -> bool:
     return e.succeeded
 
 
+NO_SHARED_TASK = "--baseline: its episodes share no task with this evaluation (another split or corpus?)"
+
+
 def gain_ci(before: list[Episode], after: list[Episode], score=succeeded) -> list[float]:
     """95 % percentile-bootstrap interval of the RL gain in the mean of `score` over episodes (success by
     default, or any number an episode gets: the swarm's item-F1), paired by task: each task's mean over its
-    repeats after RL minus before, resampled over tasks."""
+    repeats after RL minus before, resampled over tasks; a ValueError where they share no task."""
     b, a = scores_by_task(before, score), scores_by_task(after, score)
-    low, high = bootstrap_ci([sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in b if t in a])
+    if not (gains := [sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in b if t in a]):
+        raise ValueError(NO_SHARED_TASK)
+    low, high = bootstrap_ci(gains)
     return [round(low, 4), round(high, 4)]
-
-
-NO_SHARED_TASK = "--baseline: its episodes share no task with this evaluation (another split or corpus?)"
 
 
 def paired_gain(before: list[Episode], after: list[Episode]) -> dict:

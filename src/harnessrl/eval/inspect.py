@@ -35,6 +35,10 @@ class EpisodeNotFound(ValueError):
     pass
 
 
+class NotThisTokenizer(ValueError):
+    """The episode holds ids beyond the tokenizer's vocabulary: another model's (they would decode to nothing)."""
+
+
 def load_episode(
     source: str,
     run: Path | None = None,
@@ -124,6 +128,17 @@ def load_tokenizer(model: str):
     return AutoTokenizer.from_pretrained(path)
 
 
+def check_vocabulary(episode: Episode, tokenizer) -> None:
+    """NotThisTokenizer where an id of the episode is beyond the tokenizer's vocabulary."""
+    size = len(tokenizer)
+    for index, call in enumerate(episode.calls):
+        if (beyond := max(call.prompt_ids + call.completion_ids, default=0)) >= size:
+            raise NotThisTokenizer(
+                f"episode {episode.id}: call {index} holds token id {beyond}, beyond this tokenizer's vocabulary "
+                f"({size} tokens): pass --model the run's model (its config.yaml's model)"
+            )
+
+
 def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None]]:
     """Each call's completion loss mask and the index of the training sequence it merged into.
 
@@ -147,6 +162,7 @@ def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None
 
 def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False) -> None:
     """Print the episode; `logprobs` adds a line per completion token (position, mask, logprob, p)."""
+    check_vocabulary(episode, tokenizer)
     masks, sequence_of = completion_masks(episode)
     main = episode.calls[0].agent if episode.calls else "main"
     sequences = len({s for s in sequence_of if s is not None})

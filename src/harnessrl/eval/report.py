@@ -89,25 +89,40 @@ class Run:
     summary: dict[str, Any] | None = None  # summary.json, when the run has one
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every non-blank line of a metrics.jsonl, or ReportError naming the first bad line."""
+NUMBERS = ("perf/skipped_update", "update")  # keys the page counts or plots by: a number where present
+
+
+def read_metrics(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every non-blank line of a metrics.jsonl (or validation.jsonl), or ReportError naming the first bad line:
+    not a JSON object, a `required` key missing, a NUMBERS key not a number. A last line without its newline
+    that does not parse is skipped, as the job drops it: an append in progress, or cut by a kill."""
+    # the last: "" after a whole line, else one without its newline
+    lines = path.read_text(encoding="utf-8").split("\n")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReportError(
-                    f"{path}: line {number}: not JSON ({exc.msg} at column {exc.colno}); truncated by a killed run?"
-                ) from None
-            if not isinstance(row, dict):
-                raise ReportError(f"{path}: line {number}: not a JSON object")
-            rows.append(row)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break
+            raise ReportError(f"{path}: line {number}: not JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(row, dict):
+            raise ReportError(f"{path}: line {number}: not a JSON object")
+        if missing := [k for k in required if k not in row]:
+            raise ReportError(f"{path}: line {number}: '{missing[0]}' missing")
+        for key in NUMBERS:
+            if key in row and not _finite(row[key]):
+                raise ReportError(f"{path}: line {number}: '{key}' is {json.dumps(row[key])}, not a number")
+        rows.append(row)
     if not rows:
         raise ReportError(f"{path}: no metric lines")
     return rows
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_run(folder: Path, label: str) -> Run:
@@ -125,7 +140,7 @@ def load_run(folder: Path, label: str) -> Run:
     if (validation := folder / "validation.jsonl").is_file():  # the job's: {update, success | item_f1, ...}
         run.validation = [
             {"update": r["update"]} | {f"validation/{k}": r[k] for k in ("success", "item_f1") if k in r}
-            for r in read_metrics(validation)
+            for r in read_metrics(validation, required=("update",))
         ]
     path = folder / "summary.json"
     if path.is_file():
@@ -135,17 +150,24 @@ def load_run(folder: Path, label: str) -> Run:
             raise ReportError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
         if not isinstance(run.summary, dict):
             raise ReportError(f"{path}: not a JSON object")
+        for key in ("heldout_by_gold_docs", "heldout_by_family"):  # plots.py draws a bar group per entry
+            if run.summary.get(key) is not None and not isinstance(run.summary[key], dict):
+                raise ReportError(f"{path}: '{key}' is {json.dumps(run.summary[key])}, not a JSON object")
     return run
 
 
 def write_report(folders: list[Path], out: Path | None = None) -> Path:
     """Write the page (default FOLDER/report.html) and its PNGs; returns the page's path."""
+    out = out or folders[0] / "report.html"
+    images = out.parent / out.stem
+    if out.suffix != ".html" or out.is_dir():  # the PNG folder is the page's name less .html
+        raise ReportError(f"--out {out}: give a file name ending in .html (its PNGs go in a folder named after it)")
+    if images.resolve() in [f.resolve() for f in folders]:  # a job's own heldout.png, swarm.png are there
+        raise ReportError(f"--out {out}: its PNGs would go in the run folder {images}/; name the page otherwise")
     labels = [f.name or str(f) for f in folders]
     if len(set(labels)) < len(labels):
         labels = [str(f) for f in folders]
     runs = [load_run(f, label) for f, label in zip(folders, labels)]
-    out = out or folders[0] / "report.html"
-    images = out.parent / out.stem
     images.mkdir(parents=True, exist_ok=True)
     named = len(runs) > 1  # one run: legends show bare keys
     figures: list[tuple[str, str, str]] = []  # (title, png name, what it shows)
