@@ -144,3 +144,11 @@ def test_cli_inputs_that_are_folders_files_or_bad_yaml_fail_naming_them(tmp_path
     audited = cli("tasks", "--corpus", tmp_path / "c" / "corpus.jsonl", "--audit", tmp_path / "c" / "tasks.jsonl",
                   "--judge", bad)  # fmt: skip
     assert audited.exit_code == 2 and f"{bad}: rubrik:" in audited.stderr, audited.stderr
+
+
+def test_errors_print_paths_with_brackets_as_they_are(tmp_path):
+    """Messages are not rich markup: a path like runs[exp1] was printed as runs (its tag eaten) and one holding
+    [/x] made the error's own printing raise."""
+    for command, path in [("inspect", tmp_path / "b[/x]" / "e.jsonl"), ("report", tmp_path / "runs[bold]")]:
+        done = cli(command, path)
+        assert done.exit_code == 2 and f"error: {path}:" in done.stderr, done.stderr

@@ -10,6 +10,7 @@ from typing import Literal
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from harnessrl.policy.toolformat import ToolFormatName
 
@@ -17,7 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(help="Train LLM agents with RL inside the harness they ship in.", no_args_is_help=True)
-console = Console(stderr=True, soft_wrap=True)
+# no markup: what is printed holds paths and messages ("runs[exp1]/..."), which markup would mangle or refuse
+console = Console(stderr=True, soft_wrap=True, markup=False)
 MODEL_HELP = "'tiny', 'tiny-base', 'tiny-base-long', a preset (smollm2-135m-instruct), a local Hugging Face folder or a .gguf file"
 # uvicorn.config.LOG_LEVELS' keys, spelled out so that `--help` need not import uvicorn
 UvicornLogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -131,7 +133,9 @@ def serve(
         console.print(f"recording every call to {recorder.url}")
     if admin_key is None:
         admin_key = "hrl-admin-" + secrets.token_urlsafe(18)
-        console.print(f"[yellow]no --admin-key or HARNESSRL_ADMIN_KEY; this run's admin key:[/] {admin_key}")
+        console.print(
+            Text.assemble(("no --admin-key or HARNESSRL_ADMIN_KEY; this run's admin key:", "yellow"), f" {admin_key}")
+        )
     gateway = create_app(
         policy,
         admin_key,
@@ -142,9 +146,9 @@ def serve(
         session_ttl=session_ttl,
         background=background,
     )
-    console.print(f"serving [bold]{policy.name}[/] on http://{host}:{port}/v1 (policy_version {policy.version})")
+    console.print(f"serving {policy.name} on http://{host}:{port}/v1 (policy_version {policy.version})")
     for name in frozen_models:
-        console.print(f"  frozen [bold]{name}[/]: requests with model {name!r}, recorded untrainable")
+        console.print(f"  frozen {name}: requests with model {name!r}, recorded untrainable")
     try:
         uvicorn.run(gateway, host=host, port=port, log_level=log_level)
     finally:
@@ -236,7 +240,7 @@ def judge_calibrate(
         config = validated(JudgeConfig, read_yaml(judge), judge)
         report = asyncio.run(calibrate(Judge(config), read_jsonl(episodes, Episode)))
     except (TraceLineError, ValidationError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     table = Table("metric", "value", title=f"judge {config.model} @ {config.base_url}")
     for key, value in report.items():
@@ -318,7 +322,7 @@ def train(
             else:
                 summary = job_module(job).run(job, out)  # refused where out holds a run with another config
     except (ValidationError, ValueError, OSError) as exc:  # DataError, TraceLineError are ValueErrors
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     console.print(f"run folder: {out}")
     print(json.dumps(summary))
@@ -403,7 +407,7 @@ def eval_command(
         ValueError,
         OSError,
     ) as exc:  # CheckpointError, PolicyLoadError, DataError, TraceLineError are ValueErrors
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     title = f"{env}/{split}: {report['tasks']} tasks x {report['repeats']} = {report['episodes']} episodes, {report['model']}"
     table = Table("metric", "mean", "95% CI", title=title, caption=report["ci"]["method"])
@@ -457,7 +461,7 @@ def sft(
         )
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
     except (TraceLineError, DemonstrationError, PolicyLoadError, ValidationError, OSError) as exc:  # OSError: --data
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     console.print(
         f"sft done: step {metrics.get('step')}, loss {metrics.get('loss/sft', float('nan')):.4f}; model in {out / 'model'}"
@@ -492,7 +496,7 @@ def report(
     try:
         page = write_report([run] if other is None else [run, other], out)
     except (ReportError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     print(page)
 
@@ -526,7 +530,7 @@ def inspect_episode(
         ValueError,
         OSError,
     ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError, CallTreeError are ValueErrors
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)
 
@@ -552,7 +556,7 @@ def sandbox(
     try:
         result = box.run(command, workspace, limits)
     except FileNotFoundError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
@@ -578,18 +582,22 @@ def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = 
     try:
         return Policy.load(model, seed=seed, max_batch=max_batch, tool_format=tool_format, vllm_url=vllm_url)
     except SyncError as exc:  # names the server and what it answered
-        console.print(f"[red]error:[/] --vllm-url: {exc}")
+        _error(f"--vllm-url: {exc}")
         raise typer.Exit(2) from exc
     except (PolicyLoadError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2) from exc
 
 
 # ---- the production loop (docs/production.md) -------------------------------------------------
 
 
+def _error(message: object) -> None:
+    console.print(Text.assemble(("error:", "red"), f" {message}"))
+
+
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/] {message}")
+    _error(message)
     raise typer.Exit(2)
 
 
@@ -739,8 +747,10 @@ def _record_failed_cycle(loop, exc: Exception) -> None:
         with registry.lock():
             registry.log("cycle_failed", error=f"{type(exc).__name__}: {exc}")
     except Exception as again:  # the registry's disk may be what failed
-        console.print(f"[red]could not record the failed cycle in {loop.registry}:[/] {again}")
-    console.print(f"[red]cycle failed[/] ({type(exc).__name__}: {exc}); the next runs in one period")
+        console.print(Text.assemble((f"could not record the failed cycle in {loop.registry}:", "red"), f" {again}"))
+    console.print(
+        Text.assemble(("cycle failed", "red"), f" ({type(exc).__name__}: {exc}); the next runs in one period")
+    )
 
 
 def _duration(text: str) -> float:
@@ -780,12 +790,13 @@ def ingest(
     finally:
         db.close()
     if counts["quarantined"]:
-        console.print(f"[yellow]{counts['quarantined']} lines quarantined:[/] {quarantine}")
+        console.print(Text.assemble((f"{counts['quarantined']} lines quarantined:", "yellow"), f" {quarantine}"))
     print(json.dumps(counts))
 
 
 @app.command()
 def tasks(
+    ctx: typer.Context,
     corpus: Path = typer.Option(..., help="corpus.jsonl: {id, text, title?} per line"),
     out: Path | None = typer.Option(None, help="tasks.jsonl to write (appended as tasks pass; resumable)"),
     generator: Path | None = typer.Option(
@@ -811,7 +822,13 @@ def tasks(
     from harnessrl.envs.search.index import SearchIndex
     from harnessrl.types import TraceLineError, read_jsonl, read_yaml, validated
 
+    generating = ("out", "generator", "count", "hops", "test_share", "seed", "max_attempts")
+    given = [f"--{n.replace('_', '-')}" for n in generating if ctx.get_parameter_source(n).name == "COMMANDLINE"]
     try:
+        if judge is not None and audit is None:
+            raise ValueError("--judge: scores the tasks of --audit, and there is no --audit")
+        if audit is not None and given:
+            raise ValueError(f"{', '.join(given)}: for generating tasks, not with --audit")
         docs = load_corpus(corpus)
         if audit is not None:
             items = read_jsonl(audit, SearchTask)
@@ -837,12 +854,21 @@ def tasks(
     except (TraceLineError, OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         _fail(str(exc))
     out = out or corpus.with_name("tasks.jsonl")
+    try:  # before the index is built: a wrong --out, or a resume with other settings, fails in seconds
+        taskgen.start(out, taskgen.run_settings(docs, writer, hop_list, seed, test_share))
+    except (FileExistsError, TraceLineError, taskgen.ProgressError) as exc:  # what a resumed run's files hold
+        _fail(str(exc))
+    except OSError as exc:  # a folder, a folder that does not exist, no permission
+        _fail(f"--out {out}: {exc.strerror or exc}")
     with tempfile.TemporaryDirectory() as folder, Progress(
         TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tries]} attempts"),
         TimeElapsedColumn(), console=console,
     ) as bar:  # fmt: skip
         job = bar.add_task("kept", total=count, tries=0)
-        index = SearchIndex(docs, Path(folder) / "index")
+        try:
+            index = SearchIndex(docs, Path(folder) / "index")
+        except ValueError as exc:  # nothing BM25 can index
+            _fail(f"{corpus}: {exc}")
         try:
             run = taskgen.generate(
                 docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
@@ -850,4 +876,6 @@ def tasks(
             )  # fmt: skip
         except (FileExistsError, TraceLineError, taskgen.ProgressError) as exc:  # what a resumed run's files hold
             _fail(str(exc))
+        except OSError as exc:  # the disk full, the folder gone
+            _fail(f"--out {out}: {exc.strerror or exc}")
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

@@ -91,3 +91,30 @@ def test_voyages_is_a_different_corpus_with_answers_inside_prose(tmp_path):
     assert not people_names & {w for d in d1 for w in (d.title or "").split()}
     corpus, tasks = write_corpus(tmp_path, d1, t1)
     assert load(corpus, tasks) == (d1, t1)
+
+
+def test_chunks_hold_80_words_and_at_most_640_characters():
+    from harnessrl.envs.search.data import Doc
+    from harnessrl.envs.search.index import chunk_docs
+
+    for docs in (synthetic(0)[0], voyages(0)[0]):  # short words: 80 a chunk, as they always were
+        by_words = []
+        for d in docs:
+            words = d.text.split()
+            for n, start in enumerate(range(0, max(1, len(words)), 80)):
+                text = " ".join(words[start : start + 80])
+                by_words.append((f"{d.id}#{n}", f"{d.title}: {text}" if d.title and n == 0 else text))
+        assert [(c.id, c.text) for c in chunk_docs(docs)] == by_words
+    chinese = "東京は日本の首都である。" * 200  # no spaces: 2400 characters, one word
+    minified = json.dumps({f"k{i}": i for i in range(200)}, separators=(",", ":"))
+    for text in (chinese, f"see {minified} and more"):
+        chunks = chunk_docs([Doc(id="d", text=text)])
+        assert len(chunks) > 1 and all(len(c.text) <= 640 for c in chunks)
+        assert "".join(c.text for c in chunks).replace(" ", "") == text.replace(" ", "")  # cut, nothing lost
+
+
+def test_an_index_over_documents_without_a_word_says_so(tmp_path):
+    from harnessrl.envs.search.data import Doc
+
+    with pytest.raises(ValueError, match=r"no document has a word to search by"):
+        SearchIndex([Doc(id="x", text="!!!"), Doc(id="y", text="? a the")], tmp_path / "chroma")

