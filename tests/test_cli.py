@@ -152,3 +152,25 @@ def test_errors_print_paths_with_brackets_as_they_are(tmp_path):
     for command, path in [("inspect", tmp_path / "b[/x]" / "e.jsonl"), ("report", tmp_path / "runs[bold]")]:
         done = cli(command, path)
         assert done.exit_code == 2 and f"error: {path}:" in done.stderr, done.stderr
+
+
+def test_flags_that_would_be_ignored_are_refused(tmp_path):
+    episodes = tmp_path / "demos.jsonl"
+    episodes.write_text("")
+    for args, named in [
+        (("probe", "--decisions", episodes, "--items", "5"), "--items: for the skill probes"),
+        (("probe", "--record-grid", "--context", "0,512"), "two grids"),
+        (("report", tmp_path, "--registry", tmp_path), "give no RUN folder"),
+    ]:
+        done = cli(*args)
+        assert done.exit_code == 2 and named in done.stderr, done.stderr
+
+
+def test_eval_takes_a_run_config_only_from_a_run_folder(tmp_path):
+    from harnessrl.cli import _run_folder
+
+    (tmp_path / "config.yaml").write_text("learning_rate: 0.1\n")  # a project's own, not a job's
+    (tmp_path / "mymodel").mkdir()
+    assert _run_folder(str(tmp_path / "mymodel")) is None
+    (tmp_path / "phases.json").write_text("{}")
+    assert _run_folder(str(tmp_path / "mymodel")) == tmp_path.resolve()

@@ -159,6 +159,7 @@ def serve(
 
 @app.command()
 def probe(
+    ctx: typer.Context,
     model: str = typer.Option("tiny-base", help=MODEL_HELP),
     tool_format: ToolFormatName = typer.Option("auto", help=TOOL_FORMAT_HELP),
     items: int = typer.Option(200, min=1, help="fresh items per skill"),
@@ -186,6 +187,12 @@ def probe(
     from harnessrl.eval import probe as probes
     from harnessrl.types import Episode, TraceLineError, read_jsonl
 
+    given = [f"--{n.replace('_', '-')}" for n in ("items", "seed", "record_grid", "context", "temperature")
+             if ctx.get_parameter_source(n).name == "COMMANDLINE"]  # fmt: skip
+    if decisions is not None and given:
+        _fail(f"{', '.join(given)}: for the skill probes, not with --decisions (it scores the recorded calls)")
+    if record_grid and context:
+        _fail("--record-grid and --context are two grids: give one")
     episodes = None
     if decisions is not None:
         try:
@@ -487,6 +494,8 @@ def report(
     from harnessrl.eval.report import ReportError, write_report
 
     if registry is not None:
+        if run is not None:
+            _fail("--registry draws a registry's page: give no RUN folder with it")
         from harnessrl.loop.report import write_registry_report
 
         print(write_registry_report(_registry(registry).root, out))
@@ -519,17 +528,18 @@ def inspect_episode(
     from pydantic import ValidationError
 
     from harnessrl.calltree import lineages
-    from harnessrl.eval.inspect import load_episode, load_tokenizer, render
+    from harnessrl.eval.inspect import check_vocabulary, load_episode, load_tokenizer, render
 
     try:
         chosen = load_episode(episode, run, index, episode_id)
         lineages(chosen.calls)  # a call tree that does not hold (CallTreeError) is named before anything is drawn
         tokenizer = load_tokenizer(model)
+        check_vocabulary(chosen, tokenizer)
     except (
         ValidationError,
         ValueError,
         OSError,
-    ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError, CallTreeError are ValueErrors
+    ) as exc:  # TraceLineError, EpisodeNotFound, PolicyLoadError, CallTreeError, NotThisTokenizer are ValueErrors
         _error(exc)
         raise typer.Exit(2) from exc
     render(chosen, tokenizer, Console(soft_wrap=True, highlight=False), logprobs)
@@ -565,12 +575,14 @@ def sandbox(
 
 
 def _run_folder(checkpoint: str) -> Path | None:
-    """The run folder (it holds a config.yaml) a checkpoint lies in: the folder itself or up to 3 above."""
+    """The run folder a checkpoint lies in: the folder itself or up to 3 above, holding a config.yaml beside what a
+    job writes (phases.json, or its checkpoints): a project's own config.yaml above a model folder is not a run's."""
     folder = Path(checkpoint)
     if not folder.is_dir():  # 'tiny-base', or a path that is not there
         return None
     for candidate in [folder, *folder.resolve().parents][:4]:
-        if (candidate / "config.yaml").is_file():
+        marks = ("phases.json", "checkpoints", "best", "sft")
+        if (candidate / "config.yaml").is_file() and any((candidate / m).exists() for m in marks):
             return candidate
     return None
 

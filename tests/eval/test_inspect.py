@@ -180,7 +180,7 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     assert "lineage 'sub'" in _failure(str(path))
 
 
-def test_ids_beyond_the_tokenizers_vocabulary_are_refused_before_anything_is_drawn(episode):
+def test_ids_beyond_the_tokenizers_vocabulary_are_refused_before_anything_is_drawn(episode, tmp_path):
     """Another model's episode (SmolLM2's ids under tiny-base's 2,050 tokens) would decode to empty pieces."""
     other = episode.model_copy(deep=True)
     other.calls[1].completion_ids[-1] = 49000
@@ -193,6 +193,16 @@ def test_ids_beyond_the_tokenizers_vocabulary_are_refused_before_anything_is_dra
     assert console.file.getvalue() == ""
     render(episode, tokenizer, console)
     assert f"episode {episode.id}" in console.file.getvalue()
+    path = tmp_path / "other.jsonl"
+    path.write_text(other.to_json() + "\n")
+    assert "pass --model" in _failure(str(path))  # the command: exit 2, not a traceback
+
+
+def test_flags_that_pick_an_episode_twice_are_refused(episode, tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(episode.to_json() + "\n")
+    assert "give one" in _failure(str(path), "--index", "0", "--id", episode.id)
+    assert "--run looks EPISODE up as an id" in _failure(str(path), "--run", str(tmp_path))
 
 
 async def test_a_swarm_episode_shows_its_call_tree(swarm_gateway, tmp_path):

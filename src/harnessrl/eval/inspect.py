@@ -50,7 +50,13 @@ def load_episode(
     Only the episode asked for must be intact: a cut or bad line elsewhere (a killed run's last) is
     not read."""
     path = Path(source)
+    if index is not None and episode_id is not None:
+        raise EpisodeNotFound("--index and --id each pick an episode: give one")
     if path.is_file():
+        if run is not None:
+            raise EpisodeNotFound(
+                f"{path} is a file: --run looks EPISODE up as an id in a run folder, give one or the other"
+            )
         if episode_id is not None:
             found = _find_in_file(path, episode_id)
             if found is None:
