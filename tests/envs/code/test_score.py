@@ -253,6 +253,9 @@ def test_class_and_async_hidden_tests_are_named_as_reported_and_unknown_targets_
         TaskFormatError, match=r"task.json: target_tests: not among the hidden tests: \['test_add_negatve'\]"
     ):
         load_task(folder)
+    (folder / "task.json").write_text(json.dumps({"id": "c", "issue": "i", "target_tests": ["test_add_async"]}))
+    with pytest.raises(TaskFormatError, match=r"\['test_add_async'\] are async def: scoring loads no asyncio plugin"):
+        load_task(folder)
 
 
 def test_a_folder_replaced_by_a_file_and_a_file_by_a_folder_are_applied(task, tmp_path):

@@ -70,11 +70,16 @@ def load_task(folder: Path) -> CodeTask:
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
-    names = hidden_test_names(folder)
-    if not names:
+    tests = hidden_tests(folder)
+    if not tests:
         raise TaskFormatError(f"{folder / 'hidden'}: no test functions (test_*) in any .py file")
-    if unknown := sorted(set(task.target_tests) - names):
+    if unknown := sorted(set(task.target_tests) - set(tests)):
         raise TaskFormatError(f"{spec}: target_tests: not among the hidden tests: {unknown}")
+    if coroutines := sorted(t for t in task.target_tests if tests[t]):
+        raise TaskFormatError(
+            f"{spec}: target_tests: {coroutines} are async def: scoring loads no asyncio plugin, so pytest skips"
+            " them and they could never pass"
+        )
     return task
 
 
@@ -90,17 +95,23 @@ def hidden_test_names(folder: Path) -> set[str]:
     """The hidden tests' names as the report names them (`test_b` for `TestA::test_b`, parameters dropped):
     `test*` functions, plain or async, at the top level of each .py file and in its `Test*` classes (nested
     ones too), read without running anything."""
-    names = set()
+    return set(hidden_tests(folder))
+
+
+def hidden_tests(folder: Path) -> dict[str, bool]:
+    """`hidden_test_names`, each with whether it is an `async def` (True where any test of that name is)."""
+    tests: dict[str, bool] = {}
     for path in (folder / "hidden").rglob("*.py"):
-        names |= _test_names(ast.parse(path.read_text(), filename=str(path)).body)
-    return names
+        for name, coroutine in _tests(ast.parse(path.read_text(), filename=str(path)).body):
+            tests[name] = tests.get(name, False) or coroutine
+    return tests
 
 
-def _test_names(body: list[ast.stmt]) -> set[str]:
-    names = set()
+def _tests(body: list[ast.stmt]) -> list[tuple[str, bool]]:
+    found = []
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            names.add(node.name)
+            found.append((node.name, isinstance(node, ast.AsyncFunctionDef)))
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names |= _test_names(node.body)
-    return names
+            found += _tests(node.body)
+    return found
