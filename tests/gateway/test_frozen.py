@@ -75,6 +75,10 @@ async def test_a_bad_parent_is_a_400_naming_the_key(swarm_gateway):
     await _ask(llm, "sub", user, lineage="w/0", parent=first.id)
     with pytest.raises(openai.BadRequestError, match="lineage 'w/0' was spawned by call 1, not None"):
         await _ask(llm, "sub", user, lineage="w/0")
+    too_long = [{"role": "user", "content": "word " * 5000}]
+    with pytest.raises(openai.BadRequestError, match="context"):  # fails: nothing of lineage w/1 is recorded
+        await _ask(llm, "tiny", too_long, lineage="w/1", parent=first.id)
+    await _ask(llm, "tiny", user, lineage="w/1")  # so a retry may begin it under another parent (here none)
 
 
 async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(swarm_models):

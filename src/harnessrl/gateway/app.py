@@ -331,6 +331,13 @@ def create_app(
 
     async def chat_call(body: ChatRequest, request: Request, record: EpisodeRecord | None) -> Response:
         place = _place(body, record)
+        try:
+            return await placed_call(body, request, record, place)
+        finally:
+            if record is not None:  # a request that recorded nothing leaves its lineage's parent unclaimed
+                record.release(place.thread[0])
+
+    async def placed_call(body: ChatRequest, request: Request, record: EpisodeRecord | None, place: Place) -> Response:
         served = frozen.get(body.model or "")
         if isinstance(served, Proxied):
             response, response_id, calls = await _proxied(request, served, body, place)
@@ -496,9 +503,9 @@ def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
                 400, "metadata.parent: not the id of a chat completion of this episode", param="metadata.parent"
             )
         place.parent_call = record.responses[meta["parent"]]
-    if record is not None:  # a conversation keeps the parent it began with (calltree checks this); no await
-        name = place.lineage or place.agent  # between this check and the claim, so concurrent first calls agree
-        began = record.lineage_parents.setdefault(name, place.parent_call)
+    if record is not None:  # a conversation keeps the parent it began with (calltree checks this)
+        name = place.lineage or place.agent
+        began = record.claim(name, place.parent_call)  # the request releases it when it ends (chat_call)
         if began != place.parent_call:
             raise APIError(
                 400,

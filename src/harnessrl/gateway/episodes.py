@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from harnessrl.gateway.prompts import Turn
@@ -25,10 +25,28 @@ class EpisodeRecord:
     held_choices: dict[int, bool] = field(default_factory=dict)
     responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
     lineage_parents: dict[str, int | None] = field(default_factory=dict)  # lineage -> the call that spawned it
+    lineage_claims: Counter = field(default_factory=Counter)  # lineage -> requests under way that agreed to its parent
     touched: float = field(default_factory=time.monotonic)  # last activity; idle past the session TTL expires it
     # held by a request from appending its calls until they are committed: a commit the trace store refuses then
     # takes back only that request's calls (no other request appended after them meanwhile)
     appending: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def claim(self, lineage: str, parent: int | None) -> int | None:
+        """The parent `lineage` began with (now `parent`, if this is its first request); this request holds it until
+        `release`. No await between the check and the claim, so concurrent first requests agree."""
+        began = self.lineage_parents.setdefault(lineage, parent)
+        if began == parent:
+            self.lineage_claims[lineage] += 1
+        return began
+
+    def release(self, lineage: str) -> None:
+        """A request that claimed `lineage` ended: where none is left under way and no call of it was recorded (every
+        one failed), the lineage is unclaimed, so a retry may name another parent."""
+        self.lineage_claims[lineage] -= 1
+        if self.lineage_claims[lineage] <= 0:
+            del self.lineage_claims[lineage]
+            if not any((c.lineage or c.agent) == lineage for c in self.episode.calls):
+                self.lineage_parents.pop(lineage, None)
 
     def take_back(self, first: int, reflagged: int | None = None) -> None:
         """Undo one request's appends: its calls from `first` on (their turns, completion ids and held
