@@ -50,7 +50,7 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
 def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_path):
     docs = [
         Doc(id="page#History", title="History", text="Founded in 1901 by Ada.\n\nMoved to Oslo in 1950.\n[1] Notes."),
-        Doc(id="other", text="Nothing to see " + "a" * 40 + "b."),
+        Doc(id="other", text="Nothing to see " + "a" * 40 + "b. " + "more words here " * 30),
     ]
     idx = SearchIndex(docs, tmp_path / "chroma")
     run = _Run(SearchAgent(idx, context_budget=100), Task(id="t", prompt="When?", data={"answer": "1901"}))
@@ -60,6 +60,14 @@ def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_pa
     assert run.messages[-1]["content"] == run._usage()  # every paragraph gone, the usage line kept
     run.used = 60  # over half: nothing of the pruned document is suggested for pruning again
     assert "consider prune_chunks([])" in run._usage()
+    again = run.read_document("page#History")  # read again: in context again, and prunable again
+    run.messages.append({"role": "tool", "content": again})
+    assert run.prune_chunks(["page#History#0"]) == "pruned 1" and again not in run.messages[-1]["content"]
+    run.messages.append({"role": "tool", "content": run.read_document("other")})  # two chunks (80 words each)
+    assert len(idx.chunks_of("other")) == 2
+    assert run.prune_chunks(["other#0"]) == 'pruned 1; ["other#0"] stay inside ["other"], read whole: prune those ids'
+    assert run.messages[-1]["content"].startswith("[other] ")  # a chunk named is not a document gone
+    assert run.prune_chunks(["other#1"]) == "pruned 1" and run.messages[-1]["content"] == ""  # its last chunk: gone
     # a backtracking pattern (re would hold the GIL for hours, past any tool timeout) is a tool error in seconds
     with pytest.raises(ValueError, match=r"the pattern took over 2(\.\d+)? s"):
         idx.grep(r"\b(a|aa)+\b\.", k=5)

@@ -46,6 +46,7 @@ class _Run:
         self.agent, self.task = agent, task
         self.shown: dict[str, None] = {}  # chunk ids ever shown, oldest first (excluded from later searches)
         self.seen_docs: list[str] = []  # documents whose text entered the context, in order
+        self.read: set[str] = set()  # documents read whole (read_document): an entry of their own in context
         self.pruned: set[str] = set()
         self.used = 0  # tokens of the last request (prompt + completion)
         self.peak = 0
@@ -71,20 +72,29 @@ class _Run:
         if doc is None:
             return f"error: no document {doc_id!r}"
         self._saw(doc_id)
+        self.read.add(doc_id)
+        self.pruned.difference_update([doc_id, *(c.id for c in self.agent.index.chunks_of(doc_id))])  # in context again
         self.shown.update(dict.fromkeys(c.id for c in self.agent.index.chunks_of(doc_id)))  # its text is in context now
         return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
         """Drop chunks (or whole documents read) from the context."""
+        index = self.agent.index
         named = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
+        before = set(self.pruned)
         self.pruned.update(named)
-        dropped = named | {
-            c.id for d in named for c in self.agent.index.chunks_of(d) if c.id in self.shown
-        }  # a document's chunks too
+        # a document read whole leaves with its id, or with the last of its chunks (a one-chunk document: its chunk)
+        self.pruned.update(d for d in self.read if all(c.id in self.pruned for c in index.chunks_of(d)))
+        new = self.pruned - before
+        dropped = new | {c.id for d in new for c in index.chunks_of(d) if c.id in self.shown}  # a document's chunks
         known = set(self.shown) | set(self.seen_docs)
         for message in self.messages:
             if message["role"] == "tool":
                 message["content"] = _drop(message["content"], dropped, known)
+        staying = sorted(c for c in named if c in index.by_id and index.by_id[c].doc_id in self.read - self.pruned)
+        if staying:  # the tool says what is still in context, not only what it was asked
+            docs = sorted({index.by_id[c].doc_id for c in staying})
+            return f"pruned {len(named)}; {json.dumps(staying)} stay inside {json.dumps(docs)}, read whole: prune those ids"
         return f"pruned {len(named)}"
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
