@@ -38,7 +38,7 @@ from harnessrl.eval.probe import context_grid, probe, record_grid
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import SKILLS, Item, Mixture, render_messages
 from harnessrl.policy.tiny import build_tiny
-from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
+from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint, write_atomic
 from harnessrl.train.precision import autocast, resolve
 
 WEIGHTS = {
@@ -51,7 +51,10 @@ WEIGHTS = {
     "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
     "prose": 0.1,
 }
-_SAME_RUN = (
+_SAME_RUN = (  # a resume must repeat these (--steps may grow: the schedule stretches to it)
+    "rows",
+    "lr",
+    "warmup",
     "hidden",
     "layers",
     "width",
@@ -200,7 +203,14 @@ def parse_weights(text: str) -> dict[str, float]:
         skill, _, value = part.partition("=")
         if skill not in WEIGHTS:
             raise SystemExit(f"--weights: unknown skill {skill!r} (one of {', '.join(WEIGHTS)})")
-        weights[skill] = float(value)
+        try:
+            weights[skill] = float(value)
+        except ValueError:
+            raise SystemExit(f"--weights: {part!r}: expected skill=number, e.g. record_field=0.3") from None
+        if not weights[skill] >= 0:
+            raise SystemExit(f"--weights: {part!r}: a weight is 0 or more")
+    if not sum(weights.values()) > 0:
+        raise SystemExit("--weights: every weight is 0: nothing to draw")
     return weights
 
 
@@ -267,14 +277,21 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.workers < 0:
         raise SystemExit(f"--workers: expected 0 or more, got {args.workers}")
+    if args.follow_ups < 0:
+        raise SystemExit(f"--follow-ups: expected 0 or more, got {args.follow_ups}")
+    if args.export_dir.resolve() in (args.out.resolve(), *args.out.resolve().parents):
+        raise SystemExit(f"--export-dir {args.export_dir}: it would hold the run {args.out}, which an export replaces")
 
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
     if args.init:
         from transformers import AutoModelForCausalLM
 
-        init = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
-        model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
+        try:
+            init = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+            model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
+        except (OSError, ValueError, RuntimeError) as exc:  # no model folder; another width or vocabulary
+            raise SystemExit(f"--init {args.init}: {str(exc).splitlines()[0]}") from None
     model.to(args.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = configured(Packer(tokenizer, args.seed, args.width, parse_weights(args.weights)), args)
@@ -295,9 +312,13 @@ def main(argv: list[str] | None = None) -> None:
         packer.restore(state["packer"])
         torch.set_rng_state(state["torch_rng"])
         step, wall = state["step"], state["wall_seconds"]
+        if args.export_only:  # the card names the run's own length
+            args.steps = state["args"].get("steps", args.steps)
         _truncate(log_path, step)
-    elif log_path.exists():
+    elif latest_checkpoint(checkpoints) is not None:
         raise SystemExit(f"{args.out} holds a run: pass --resume")
+    elif log_path.exists():  # killed before its first checkpoint: nothing to resume, so it starts over
+        log_path.unlink()
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
@@ -384,10 +405,21 @@ def where(device: str) -> str:
     return torch.cuda.get_device_name() if device.startswith("cuda") else f"{os.cpu_count()}-core CPU"
 
 
+def _log(path: Path) -> list[dict]:
+    """The log's records; a line cut by a kill (the log is appended each step) is left out."""
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def _truncate(path: Path, step: int) -> None:
+    """The log up to the checkpoint a resume starts from (the steps after it are run again)."""
     if path.exists():
-        lines = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
-        path.write_text("".join(x + "\n" for x in lines))
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in _log(path) if r["step"] <= step))
 
 
 def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packer: Packer) -> None:
@@ -397,8 +429,10 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
     import matplotlib.pyplot as plt
 
     scores = _probe(model, tokenizer, args.probe_items)
-    records = [json.loads(x) for x in log_path.read_text().splitlines()]
-    folder = args.export_dir
+    records = _log(log_path)
+    # written beside, then swapped in: a kill never leaves the target (by default the package's model) half written
+    target = args.export_dir
+    folder = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     fp16 = copy.deepcopy(model).half().cpu().eval()
@@ -432,6 +466,12 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
     (folder / "README.md").write_text(
         _readme(args, step, wall, scores, packer, sum(p.numel() for p in model.parameters()))
     )
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    folder.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
     print(json.dumps(scores))
 
 

@@ -187,8 +187,7 @@ def probe(
     from harnessrl.eval import probe as probes
     from harnessrl.types import Episode, TraceLineError, read_jsonl
 
-    given = [f"--{n.replace('_', '-')}" for n in ("items", "seed", "record_grid", "context", "temperature")
-             if ctx.get_parameter_source(n).name == "COMMANDLINE"]  # fmt: skip
+    given = _given(ctx, "items", "seed", "record_grid", "context", "temperature")
     if decisions is not None and given:
         _fail(f"{', '.join(given)}: for the skill probes, not with --decisions (it scores the recorded calls)")
     if record_grid and context:
@@ -605,6 +604,11 @@ def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = 
 # ---- the production loop (docs/production.md) -------------------------------------------------
 
 
+def _given(ctx: typer.Context, *names: str) -> list[str]:
+    """The flags among `names` (parameter names) typed on the command line: an explicit default counts too."""
+    return [f"--{n.replace('_', '-')}" for n in names if ctx.get_parameter_source(n).name == "COMMANDLINE"]
+
+
 def _error(message: object) -> None:
     console.print(Text.assemble(("error:", "red"), f" {message}"))
 
@@ -835,8 +839,7 @@ def tasks(
     from harnessrl.envs.search.index import SearchIndex
     from harnessrl.types import TraceLineError, read_jsonl, read_yaml, validated
 
-    generating = ("out", "generator", "count", "hops", "test_share", "seed", "max_attempts")
-    given = [f"--{n.replace('_', '-')}" for n in generating if ctx.get_parameter_source(n).name == "COMMANDLINE"]
+    given = _given(ctx, "out", "generator", "count", "hops", "test_share", "seed", "max_attempts")
     try:
         if judge is not None and audit is None:
             raise ValueError("--judge: scores the tasks of --audit, and there is no --audit")

@@ -36,6 +36,22 @@ def test_models_that_do_not_load_fail_naming_the_model_in_every_command(tmp_path
     assert not (tmp_path / "cache" / "models").exists() or not any((tmp_path / "cache" / "models").iterdir())
 
 
+def test_a_model_folder_with_no_tokenizer_or_another_models_is_refused(tmp_path):
+    from harnessrl.policy import PolicyLoadError
+    from harnessrl.policy.model import load_model_and_tokenizer
+    from harnessrl.policy.tiny import build_tokenizer
+
+    no_tokenizer, other = tmp_path / "no-tokenizer", tmp_path / "other"
+    shutil.copytree(sources.SHIPPED["tiny-base"], no_tokenizer)
+    (no_tokenizer / "tokenizer.json").unlink()  # transformers builds an empty tokenizer: every probe item scored 0
+    with pytest.raises(PolicyLoadError, match="tokenizer encodes nothing"):
+        load_model_and_tokenizer(str(no_tokenizer))
+    shutil.copytree(sources.SHIPPED["tiny-base"], other)
+    build_tokenizer(vocab_size=4096).save_pretrained(other)  # more tokens than the model embeds: an IndexError later
+    with pytest.raises(PolicyLoadError, match="its model embeds"):
+        load_model_and_tokenizer(str(other))
+
+
 def test_check_model_resolves_names_without_loading_and_names_the_flag(tmp_path):
     for model in ("tiny", "tiny-base", "tiny-base-long", str(sources.SHIPPED["tiny-base"])):
         check_model(model)

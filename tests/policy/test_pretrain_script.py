@@ -4,6 +4,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,12 @@ def test_a_stopped_run_resumes_without_gap_and_a_second_stage_starts_from_its_we
     more = pretrain("--out", str(stage1), "--steps", "5", "--resume", "--export-dir", str(tmp_path / "export1"))
     assert more.returncode == 0, more.stderr[-2000:]
     assert steps(stage1) == [1, 2, 3, 4, 5]
+    refused("--out", str(stage1), "--steps", "6", "--resume", "--lr", "0.5", match="--lr")  # a resume keeps the rate
+    with open(stage1 / "log.jsonl", "a") as log:
+        log.write('{"step": 6, "loss": 7.1, "lr')  # a kill mid-append
+    again = pretrain("--out", str(stage1), "--steps", "6", "--resume", "--export-dir", str(tmp_path / "export1"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert steps(stage1) == [1, 2, 3, 4, 5, 6]
     exported = tmp_path / "export1"
     assert (exported / "model.safetensors").is_file()
     assert set(json.loads((exported / "probe.json").read_text())["final"]) == set(SKILLS)
@@ -84,12 +91,30 @@ def test_records_and_fields_spans_parse_and_bad_ones_are_named():
 def test_an_unknown_skill_in_weights_is_named(tmp_path):
     refused("--out", str(tmp_path / "run"), "--steps", "1", "--weights", "reasoning=1", match="reasoning")
     refused("--out", str(tmp_path / "run2"), "--steps", "1", "--workers", "-1", match="--workers")
+    run = ["--out", str(tmp_path / "run3"), "--steps", "1"]
+    refused(*run, "--weights", "copy", match="expected skill=number")
+    refused(*run, "--weights", "copy=-1", match="0 or more")
+    zero = ",".join(f"{skill}=0" for skill in _script().WEIGHTS)
+    refused(*run, "--weights", zero, match="every weight is 0")
+    refused(*run, "--follow-ups", "-1", match="--follow-ups")
+    refused(*run, "--export-dir", str(tmp_path), match="--export-dir")  # it would replace the run's own folder
+    refused(*run, "--init", str(tmp_path / "no-model"), match="--init")
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "log.jsonl").write_text('{"step": 1, "loss": 7.0, "lr": 0.001, "tok_s": 1, "wall_seconds": 1}\n')
+    done = pretrain("--out", str(run), "--steps", "2", "--export-dir", str(tmp_path / "export"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert steps(run) == [1, 2]
 
 
 def refused(*args: str, match: str) -> None:
-    """The script's main in this process (a refusal comes before any training): it exits naming `match`."""
+    """The script's main in this process (a refusal comes before any training): it exits naming `match`. Where it
+    trains instead (the check is missing), its export goes to a scratch folder, never over the package's tiny-base."""
     with pytest.raises(SystemExit, match=match):
-        _script().main([*TOY, *args])
+        _script().main([*TOY, "--export-dir", tempfile.mkdtemp(), *args])
 
 
 def _script():

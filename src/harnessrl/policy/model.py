@@ -155,6 +155,13 @@ def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     except Exception as exc:  # transformers' errors have many types: no tokenizer files, bad weights, ...
         raise PolicyLoadError(f"--model {model}: {path} does not load ({type(exc).__name__}: {exc})") from exc
+    # tokenizer files missing (transformers then builds an empty one) or another model's: ids the model cannot embed
+    if not tokenizer("hello world")["input_ids"]:
+        raise PolicyLoadError(f"--model {model}: {path}'s tokenizer encodes nothing (its tokenizer files missing?)")
+    if len(tokenizer) > (rows := lm.get_input_embeddings().num_embeddings):
+        raise PolicyLoadError(
+            f"--model {model}: {path}'s tokenizer has {len(tokenizer)} tokens, its model embeds {rows}: another model's"
+        )
     return lm, tokenizer
 
 
