@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from harnessrl.types import Call, Episode, Outcome, RewardBreakdown, Task
+from harnessrl.types import Call, Episode, Outcome, RewardBreakdown, Task, first_error
 
 
 def _episode() -> Episode:
@@ -62,7 +62,8 @@ def test_an_episode_succeeded_only_on_the_harness_verdict_true():
 def test_a_call_links_only_to_an_earlier_call_whose_tokens_its_prompt_begins_with(change, named):
     episode = _episode()
     change(episode)  # assignments are not validated: the line read back is
-    with pytest.raises(ValidationError, match=named):
+    with pytest.raises(ValidationError, match=named) as refused:
         Episode.from_json(episode.to_json())
+    assert first_error(refused.value, "line").startswith(named)  # no "line: Value error, " before it
     with pytest.raises(ValidationError, match="extends_call"):
         Call(prompt_ids=[1], completion_ids=[], sampled_logprobs=[], policy_version=0, extends_call=-1)

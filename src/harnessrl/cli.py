@@ -528,13 +528,13 @@ def inspect_episode(
     from pydantic import ValidationError
 
     from harnessrl.calltree import lineages
-    from harnessrl.eval.inspect import check_vocabulary, load_episode, load_tokenizer, render
+    from harnessrl.eval.inspect import check_vocabulary, embedding_rows, load_episode, load_tokenizer, render
 
     try:
         chosen = load_episode(episode, run, index, episode_id)
         lineages(chosen.calls)  # a call tree that does not hold (CallTreeError) is named before anything is drawn
         tokenizer = load_tokenizer(model)
-        check_vocabulary(chosen, tokenizer)
+        check_vocabulary(chosen, tokenizer, embedding_rows(model))
     except (
         ValidationError,
         ValueError,
@@ -674,7 +674,7 @@ def registry_command(
             str(d.get("paired_lower_bound", "")),
             verdict,
         )
-    Console(width=160).print(table)  # reasons in full: version.json, events.jsonl, report --registry
+    Console(width=160, markup=False).print(table)  # reasons in full: version.json, events.jsonl, report --registry
     print(json.dumps({"name": reg.name, "promoted": promoted, "versions": [v.id for v in reg.versions()]}))
 
 

@@ -190,6 +190,8 @@ def line_error(path: Path, number: int, exc: ValidationError) -> TraceLineError:
 def first_error(exc: ValidationError, whole: str) -> str:
     """`field.path: message` of the first error pydantic found; `whole` names the thing when no field is at fault."""
     first = exc.errors()[0]
+    if not first["loc"] and first["type"] == "value_error":  # a model validator's message names its own fields
+        return first["msg"].removeprefix("Value error, ")
     return f"{'.'.join(map(str, first['loc'])) or whole}: {first['msg']}"
 
 

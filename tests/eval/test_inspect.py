@@ -2,15 +2,19 @@
 trainer's own loss mask."""
 
 import asyncio
-import io
 import re
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from harnessrl.eval.inspect import NotThisTokenizer, completion_masks, load_tokenizer, render
+from harnessrl.eval.inspect import (
+    NotThisTokenizer,
+    check_vocabulary,
+    completion_masks,
+    embedding_rows,
+    load_tokenizer,
+)
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Episode, Outcome, Task
@@ -180,19 +184,18 @@ def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):
     assert "lineage 'sub'" in _failure(str(path))
 
 
-def test_ids_beyond_the_tokenizers_vocabulary_are_refused_before_anything_is_drawn(episode, tmp_path):
+def test_ids_beyond_the_tokenizers_vocabulary_and_the_models_rows_are_refused(episode, tmp_path):
     """Another model's episode (SmolLM2's ids under tiny-base's 2,050 tokens) would decode to empty pieces."""
     other = episode.model_copy(deep=True)
     other.calls[1].completion_ids[-1] = 49000
-    tokenizer, console = load_tokenizer("tiny"), Console(file=io.StringIO())
+    tokenizer = load_tokenizer("tiny")
     with pytest.raises(NotThisTokenizer) as refused:
-        render(other, tokenizer, console)
+        check_vocabulary(other, tokenizer)
     assert "call 1 holds token id 49000, beyond this tokenizer's vocabulary (2050 tokens): pass --model" in str(
         refused.value
     )
-    assert console.file.getvalue() == ""
-    render(episode, tokenizer, console)
-    assert f"episode {episode.id}" in console.file.getvalue()
+    check_vocabulary(other, tokenizer, rows=49152)  # a padded embedding: ids the model can sample past the tokenizer
+    assert embedding_rows("tiny-base") == len(load_tokenizer("tiny-base"))
     path = tmp_path / "other.jsonl"
     path.write_text(other.to_json() + "\n")
     assert "pass --model" in _failure(str(path))  # the command: exit 2, not a traceback

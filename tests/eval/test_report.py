@@ -203,12 +203,13 @@ def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
     shutil.copytree(runs[0], run)
     (run / "heldout.png").write_bytes(b"the job's own plot")
     files = sorted(run.rglob("*"))
-    for out, says in [
-        (run, "ending in .html"),  # was: PNGs written into the run folder, then "Is a directory"
-        (tmp_path / "page", "ending in .html"),
-        (tmp_path / "run.html", f"the run folder {run}/"),  # its PNG folder: run/
+    for out, says, reported in [
+        (run, "ending in .html", run),  # was: PNGs written into the run folder, then "Is a directory"
+        (tmp_path / "page", "ending in .html", run),
+        (tmp_path / "run.html", f"the run folder {run}/", run),  # its PNG folder: run/
+        (tmp_path / "run.html", f"the run folder {run}/", runs[1]),  # another run's page, named after this run
     ]:
-        result = CliRunner().invoke(app, ["report", str(run), "--out", str(out)])
+        result = CliRunner().invoke(app, ["report", str(reported), "--out", str(out)])
         assert result.exit_code == 2, result.output
         assert f"--out {out}: " in result.stderr and says in result.stderr
     assert sorted(run.rglob("*")) == files and (run / "heldout.png").read_bytes() == b"the job's own plot"

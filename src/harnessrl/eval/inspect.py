@@ -134,9 +134,22 @@ def load_tokenizer(model: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-def check_vocabulary(episode: Episode, tokenizer) -> None:
-    """NotThisTokenizer where an id of the episode is beyond the tokenizer's vocabulary."""
-    size = len(tokenizer)
+def embedding_rows(model: str) -> int:
+    """The token ids `model` can sample: its config's vocab_size (a padded embedding can exceed the tokenizer); 0 for
+    'tiny', whose embedding is its tokenizer's size."""
+    from transformers import AutoConfig
+
+    from harnessrl.policy.sources import SHIPPED, local_folder
+
+    if model == "tiny":
+        return 0
+    config = AutoConfig.from_pretrained(SHIPPED[model] if model in SHIPPED else local_folder(model))
+    return getattr(config.get_text_config(), "vocab_size", 0) or 0
+
+
+def check_vocabulary(episode: Episode, tokenizer, rows: int = 0) -> None:
+    """NotThisTokenizer where an id of the episode is beyond the tokenizer's vocabulary and the model's `rows`."""
+    size = max(len(tokenizer), rows)
     for index, call in enumerate(episode.calls):
         if (beyond := max(call.prompt_ids + call.completion_ids, default=0)) >= size:
             raise NotThisTokenizer(
@@ -168,7 +181,6 @@ def completion_masks(episode: Episode) -> tuple[list[list[int]], list[int | None
 
 def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False) -> None:
     """Print the episode; `logprobs` adds a line per completion token (position, mask, logprob, p)."""
-    check_vocabulary(episode, tokenizer)
     masks, sequence_of = completion_masks(episode)
     main = episode.calls[0].agent if episode.calls else "main"
     sequences = len({s for s in sequence_of if s is not None})
@@ -287,12 +299,12 @@ def _listing(pieces: list[str], mask: list[int], logprobs: list[float]) -> list[
 
 
 def _extended_head(episode: Episode, call: Call) -> int:
-    """How many leading prompt tokens repeat the extended call's prompt + completion (0 if none)."""
-    if call.extends_call is None or not 0 <= call.extends_call < len(episode.calls):
+    """How many leading prompt tokens repeat the extended call's prompt + completion (0 if none; `Episode`
+    validates that they do)."""
+    if call.extends_call is None:
         return 0
     earlier = episode.calls[call.extends_call]
-    head = earlier.prompt_ids + earlier.completion_ids
-    return len(head) if call.prompt_ids[: len(head)] == head else 0
+    return len(earlier.prompt_ids) + len(earlier.completion_ids)
 
 
 def _visible(piece: str) -> str:

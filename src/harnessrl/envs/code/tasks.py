@@ -70,7 +70,7 @@ def load_task(folder: Path) -> CodeTask:
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
-    tests = hidden_tests(folder)
+    tests = hidden_test_kinds(folder)
     if not tests:
         raise TaskFormatError(f"{folder / 'hidden'}: no test functions (test_*) in any .py file")
     if unknown := sorted(set(task.target_tests) - set(tests)):
@@ -95,10 +95,10 @@ def hidden_test_names(folder: Path) -> set[str]:
     """The hidden tests' names as the report names them (`test_b` for `TestA::test_b`, parameters dropped):
     `test*` functions, plain or async, at the top level of each .py file and in its `Test*` classes (nested
     ones too), read without running anything."""
-    return set(hidden_tests(folder))
+    return set(hidden_test_kinds(folder))
 
 
-def hidden_tests(folder: Path) -> dict[str, bool]:
+def hidden_test_kinds(folder: Path) -> dict[str, bool]:
     """`hidden_test_names`, each with whether it is an `async def` (True where any test of that name is)."""
     tests: dict[str, bool] = {}
     for path in (folder / "hidden").rglob("*.py"):

@@ -81,11 +81,10 @@ class _Run:
         """Drop chunks (or whole documents read) from the context."""
         index = self.agent.index
         named = {c for c in chunk_ids if c not in self.pruned and (c in self.shown or c in self.seen_docs)}
-        before = set(self.pruned)
-        self.pruned.update(named)
+        pruned = self.pruned | named
         # a document read whole leaves with its id, or with the last of its chunks (a one-chunk document: its chunk)
-        self.pruned.update(d for d in self.read if all(c.id in self.pruned for c in index.chunks_of(d)))
-        new = self.pruned - before
+        new = named | {d for d in self.read - pruned if all(c.id in pruned for c in index.chunks_of(d))}
+        self.pruned |= new
         dropped = new | {c.id for d in new for c in index.chunks_of(d) if c.id in self.shown}  # a document's chunks
         known = set(self.shown) | set(self.seen_docs)
         for message in self.messages:

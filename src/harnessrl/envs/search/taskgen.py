@@ -307,7 +307,7 @@ def run_settings(
 ) -> dict:
     """What decides a run's tasks; a run resumed with other settings would mix tasks (a changed test share would
     put test answer documents in training)."""
-    corpus = hashlib.sha256("".join(d.model_dump_json() + "\n" for d in docs).encode()).hexdigest()
+    corpus = hashlib.sha256(json.dumps([[d.id, d.title, d.text] for d in docs]).encode()).hexdigest()
     return {"corpus_sha256": corpus, "generator": writer.identity, "hops": hops, "seed": seed,
             "test_share": test_share, "distractors": distractors}  # fmt: skip
 
