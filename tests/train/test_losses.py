@@ -12,7 +12,7 @@ def _grad(loss_fn, logp_value: float, anchor: float, adv: float, **kw) -> tuple[
     logp = torch.tensor([[math.log(logp_value)]], requires_grad=True)
     loss, _ = loss_fn(logp, torch.tensor([[math.log(anchor)]]), torch.tensor([[adv]]), **kw)
     loss.sum().backward()
-    return float(loss), float(logp.grad)
+    return float(loss.detach()), float(logp.grad)
 
 
 def test_token_logprobs_entropy_and_gradient_on_toy_logits():
