@@ -882,9 +882,9 @@ def tasks(
     ) as bar:  # fmt: skip
         job = bar.add_task("kept", total=count, tries=0)
         try:
-            index = SearchIndex(docs, Path(folder) / "index")
+            index = SearchIndex(docs, Path(folder) / "index", source=str(corpus))
         except ValueError as exc:  # nothing BM25 can index
-            _fail(f"{corpus}: {exc}")
+            _fail(str(exc))
         try:
             run = taskgen.generate(
                 docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,

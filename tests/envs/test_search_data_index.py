@@ -116,5 +116,5 @@ def test_chunks_hold_80_words_and_at_most_640_characters():
 def test_an_index_over_documents_without_a_word_says_so(tmp_path):
     from harnessrl.envs.search.data import Doc
 
-    with pytest.raises(ValueError, match=r"no document has a word to search by"):
-        SearchIndex([Doc(id="x", text="!!!"), Doc(id="y", text="? a the")], tmp_path / "chroma")
+    with pytest.raises(ValueError, match=r"^words.jsonl: no document has a word to search by"):
+        SearchIndex([Doc(id="x", text="!!!"), Doc(id="y", text="? a the")], tmp_path / "chroma", source="words.jsonl")

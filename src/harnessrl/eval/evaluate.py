@@ -124,7 +124,7 @@ def _search_env(request: EvalRequest, workdir: Path) -> EvalEnv:
     docs, items = (
         load(corpus, tasks) if corpus and tasks else synthetic(data.synthetic_seed, people=data.synthetic_people)
     )
-    index = SearchIndex(docs, workdir / "index")
+    index = SearchIndex(docs, workdir / "index", source=str(corpus or "the synthetic corpus"))
     agent = SearchAgent(
         index,
         a.context_budget,

@@ -190,7 +190,7 @@ class _Job:
             self.validation = validation_split(train, size, random.Random(f"{config.seed}:validation"))
         train = [t for t in train if t not in self.validation]
         demonstrated, fresh = fresh_split(train, config.rl.fresh_tasks, config.seed)
-        index = SearchIndex(docs, out / "index")
+        index = SearchIndex(docs, out / "index", source=str(config.data.corpus or "the synthetic corpus"))
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         self.lora = lora_for(self.policy.model, config.lora, config.rl.train.lora)  # for SFT and RL
         self.policy.engine.prefill_share = None  # rollouts want throughput: prefill as fast as it comes (engine.py)

