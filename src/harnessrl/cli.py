@@ -871,7 +871,7 @@ def tasks(
         _fail(str(exc))
     out = out or corpus.with_name("tasks.jsonl")
     try:  # before the index is built: a wrong --out, or a resume with other settings, fails in seconds
-        taskgen.start(out, taskgen.run_settings(docs, writer, hop_list, seed, test_share))
+        started = taskgen.start(out, taskgen.run_settings(docs, writer, hop_list, seed, test_share))
     except (FileExistsError, TraceLineError, taskgen.ProgressError) as exc:  # what a resumed run's files hold
         _fail(str(exc))
     except OSError as exc:  # a folder, a folder that does not exist, no permission
@@ -888,10 +888,8 @@ def tasks(
         try:
             run = taskgen.generate(
                 docs, index, writer, count, hop_list, out, seed, test_share, max_attempts=max_attempts,
-                progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries),
+                progress=lambda kept, tries: bar.update(job, completed=kept, tries=tries), run=started,
             )  # fmt: skip
-        except (FileExistsError, TraceLineError, taskgen.ProgressError) as exc:  # what a resumed run's files hold
-            _fail(str(exc))
         except OSError as exc:  # the disk full, the folder gone
             _fail(f"--out {out}: {exc.strerror or exc}")
     print(json.dumps({"requested": count, "kept": len(run.kept), "dropped": dict(run.dropped), "hops": dict(run.hops)}))

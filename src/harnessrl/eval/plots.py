@@ -74,7 +74,7 @@ def plot_curves(
             points = [
                 (row[x] if x else i, row[key])
                 for i, row in enumerate(rows, start=1)
-                if not math.isnan(_number(row.get(key)))
+                if not math.isnan(as_number(row.get(key)))
             ]
             if not points:
                 continue
@@ -140,21 +140,22 @@ def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
 def _heldout_bars(summary: dict) -> dict[str, tuple[float, float]]:
     """Bar group -> (before RL, after RL) of one summary.json."""
     bars = {
-        g[0]: (_number(summary.get(g[1])), _number(summary.get(g[2])))
+        g[0]: (as_number(summary.get(g[1])), as_number(summary.get(g[2])))
         for g in HELDOUT
         if g[1] in summary or g[2] in summary
     }
     for n, row in (summary.get("heldout_by_gold_docs") or {}).items():
         if isinstance(row, dict):
             name = f"sampled, {n} gold doc{'s' if n != '1' else ''}"
-            bars[name] = (_number(row.get("success_before")), _number(row.get("success_after")))
+            bars[name] = (as_number(row.get("success_before")), as_number(row.get("success_after")))
     for family, row in (summary.get("heldout_by_family") or {}).items():
         if isinstance(row, dict):
-            bars[f"sampled, {family}"] = (_number(row.get("success_before")), _number(row.get("success_after")))
+            bars[f"sampled, {family}"] = (as_number(row.get("success_before")), as_number(row.get("success_after")))
     return bars
 
 
-def _number(value) -> float:
+def as_number(value) -> float:
+    """A JSON value as a float: NaN for anything but a number (a bool is not one)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from harnessrl.eval.plots import HELDOUT, RUN_STYLES, SMOOTH, plot_curves, plot_heldout_runs
+from harnessrl.eval.plots import HELDOUT, RUN_STYLES, SMOOTH, as_number, plot_curves, plot_heldout_runs
 
 
 class ReportError(ValueError):
@@ -113,16 +113,12 @@ def read_metrics(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, A
         if missing := [k for k in required if k not in row]:
             raise ReportError(f"{path}: line {number}: '{missing[0]}' missing")
         for key in NUMBERS:
-            if key in row and not _finite(row[key]):
+            if key in row and not math.isfinite(as_number(row[key])):
                 raise ReportError(f"{path}: line {number}: '{key}' is {json.dumps(row[key])}, not a number")
         rows.append(row)
     if not rows:
         raise ReportError(f"{path}: no metric lines")
     return rows
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_run(folder: Path, label: str) -> Run:

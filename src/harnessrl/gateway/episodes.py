@@ -45,7 +45,8 @@ class EpisodeRecord:
         self.lineage_claims[lineage] -= 1
         if self.lineage_claims[lineage] <= 0:
             del self.lineage_claims[lineage]
-            if not any((c.lineage or c.agent) == lineage for c in self.episode.calls):
+            # newest first: an agent's own last call is usually the one found, so a request costs O(1), not O(calls)
+            if not any((c.lineage or c.agent) == lineage for c in reversed(self.episode.calls)):
                 self.lineage_parents.pop(lineage, None)
 
     def take_back(self, first: int, reflagged: int | None = None) -> None:

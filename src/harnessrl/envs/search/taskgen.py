@@ -278,10 +278,12 @@ def generate(
     distractors: int = DISTRACTORS,
     max_attempts: int | None = None,
     progress=None,
+    run: Run | None = None,
 ) -> Run:
-    """Attempts until `count` tasks are kept (or `max_attempts`, default 20 x count); resumable from `out`."""
+    """Attempts until `count` tasks are kept (or `max_attempts`, default 20 x count); resumable from `out`. `run`:
+    what `start` already returned for these settings (the CLI starts before it builds the index)."""
     by_id = {d.id: d for d in docs}
-    run = start(out, run_settings(docs, writer, hops, seed, test_share, distractors))
+    run = run or start(out, run_settings(docs, writer, hops, seed, test_share, distractors))
     seen = {normalise(t.question) for t in run.kept}
     limit = max_attempts or 20 * count
     while len(run.kept) < count and run.attempts < limit:
