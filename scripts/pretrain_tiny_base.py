@@ -3,6 +3,9 @@
     python scripts/pretrain_tiny_base.py --out runs/tiny-base [--steps 6000] [--minutes 0] [--resume]
     python scripts/pretrain_tiny_base.py --out runs/tiny-base --export-only   # re-export the newest checkpoint
 
+`--resume` and `--export-only` go on with the run's own settings (size, rate, mixture, seed: `_SAME_RUN`); a flag
+given with another value than the run's is refused (`--steps` may grow: the schedule stretches to it).
+
 Starts from the `tiny` architecture and tokenizer (seed 0; `--hidden`/`--layers` pick the size) and
 trains next-token loss on rows packed from mixture items (copy, recall, tool_args, record_field,
 question_call, entity_call, English prose), with fresh random names in every batch. Items are rendered by the chat
@@ -21,6 +24,7 @@ benchmarks/gpu/pretrain_tiny_base.sh); with workers a resumed run draws fresh it
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import itertools
 import json
@@ -51,7 +55,7 @@ WEIGHTS = {
     "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
     "prose": 0.1,
 }
-_SAME_RUN = (  # a resume must repeat these (--steps may grow: the schedule stretches to it)
+_SAME_RUN = (  # a resume takes these from the run (--steps may grow: the schedule stretches to it)
     "rows",
     "lr",
     "warmup",
@@ -273,6 +277,18 @@ def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
     return pair
 
 
+def run_settings(args: argparse.Namespace, saved: dict, parser: argparse.ArgumentParser) -> None:
+    """Set `args` to the run's own `_SAME_RUN` settings: a flag left at its default takes the run's value; one given
+    with another value is refused (it would not continue the run the checkpoint holds)."""
+    for key in _SAME_RUN:
+        if key not in saved:  # a run from before the key existed: this invocation's value
+            continue
+        given = getattr(args, key)
+        if given != saved[key] and given != parser.get_default(key):
+            raise SystemExit(f"--{key.replace('_', '-')} {given} differs from the run's {saved[key]}")
+        setattr(args, key, saved[key])
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.workers < 0:
@@ -282,9 +298,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.export_dir.resolve() in (args.out.resolve(), *args.out.resolve().parents):
         raise SystemExit(f"--export-dir {args.export_dir}: it would hold the run {args.out}, which an export replaces")
 
+    checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
+    state = None
+    if args.resume or args.export_only:
+        path = latest_checkpoint(checkpoints)
+        if path is None:
+            raise SystemExit(f"no checkpoint under {checkpoints}")
+        state = load_state(path, map_location="cpu")
+        run_settings(args, state["args"], build_parser())
+    elif latest_checkpoint(checkpoints) is not None:
+        raise SystemExit(f"{args.out} holds a run: pass --resume")
+
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
-    if args.init:
+    if args.init and state is None:  # a resumed run's weights are in its checkpoint
         from transformers import AutoModelForCausalLM
 
         try:
@@ -296,17 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = configured(Packer(tokenizer, args.seed, args.width, parse_weights(args.weights)), args)
     records_for(args, 0)  # a bad --records is named before any training
-    checkpoints, log_path = args.out / "checkpoints", args.out / "log.jsonl"
     step, wall = 0, 0.0
-    if args.resume or args.export_only:
-        path = latest_checkpoint(checkpoints)
-        if path is None:
-            raise SystemExit(f"no checkpoint under {checkpoints}")
-        state = load_state(path, map_location="cpu")
-        for key in _SAME_RUN:
-            if state["args"].get(key, getattr(args, key)) != getattr(args, key):
-                flag = "--" + key.replace("_", "-")
-                raise SystemExit(f"{flag} {getattr(args, key)} differs from the run's {state['args'][key]}")
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         packer.restore(state["packer"])
@@ -315,8 +333,6 @@ def main(argv: list[str] | None = None) -> None:
         if args.export_only:  # the card names the run's own length
             args.steps = state["args"].get("steps", args.steps)
         _truncate(log_path, step)
-    elif latest_checkpoint(checkpoints) is not None:
-        raise SystemExit(f"{args.out} holds a run: pass --resume")
     elif log_path.exists():  # killed before its first checkpoint: nothing to resume, so it starts over
         log_path.unlink()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -365,6 +381,7 @@ def main(argv: list[str] | None = None) -> None:
             "lr": optimizer.param_groups[0]["lr"],
             "tok_s": ids.numel() / seconds,
             "wall_seconds": wall,
+            "precision": dtype,  # per step: a run resumed on another CPU may change it
         }
         if time.monotonic() - last_probe > args.probe_minutes * 60:
             record["probe"] = _probe(model, tokenizer, 40, halves=True)
@@ -422,13 +439,21 @@ def _truncate(path: Path, step: int) -> None:
         write_atomic(path, "".join(json.dumps(r) + "\n" for r in _log(path) if r["step"] <= step))
 
 
+def precisions(records: list[dict]) -> str:
+    """How many of the logged steps trained in each precision ("bf16 1200 steps, fp32 300"); logs from before the
+    key existed: unknown."""
+    counts = collections.Counter(r.get("precision", "unrecorded") for r in records)
+    return ", ".join(f"{name} {n} steps" for name, n in counts.most_common()) or "no step logged"
+
+
 def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packer: Packer) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scores = _probe(model, tokenizer, args.probe_items)
+    # the weights as they ship (rounded to fp16), loaded in fp32 as `--model tiny-base` loads them
+    scores = _probe(copy.deepcopy(model).half(), tokenizer, args.probe_items)
     records = _log(log_path)
     # written beside, then swapped in: a kill never leaves the target (by default the package's model) half written
     target = args.export_dir
@@ -464,7 +489,7 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
         json.dumps({"final": scores, "items_per_skill": args.probe_items, "during": probes}, indent=1)
     )
     (folder / "README.md").write_text(
-        _readme(args, step, wall, scores, packer, sum(p.numel() for p in model.parameters()))
+        _readme(args, step, wall, scores, packer, sum(p.numel() for p in model.parameters()), records)
     )
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)
@@ -475,7 +500,9 @@ def export(model, tokenizer, args, step: int, wall: float, log_path: Path, packe
     print(json.dumps(scores))
 
 
-def _readme(args, step: int, wall: float, scores: dict[str, float], packer: Packer, params: int) -> str:
+def _readme(
+    args, step: int, wall: float, scores: dict[str, float], packer: Packer, params: int, records: list[dict]
+) -> str:
     table = "\n".join(f"| {s} | {scores[s]:.2f} |" for s in SKILLS)
     total = sum(packer.weights.values())
     mix = ", ".join(f"{k} {v / total:.0%}" for k, v in packer.weights.items())
@@ -500,12 +527,13 @@ Reproduce (resumable; `--resume` after an interruption):
   Items seen: {json.dumps(counts)}.
 - {step} steps x {args.rows} rows x {args.width} tokens = {step * args.rows * args.width / 1e6:.1f} M tokens;
   next-token loss on the assistant's replies and on every prose token; AdamW (0.9, 0.95), weight decay 0.1, peak lr {args.lr}, {args.warmup}
-  warmup steps, cosine to 10 %; bf16 autocast where native (else fp32); grad clip 1.0.
+  warmup steps, cosine to 10 %; bf16 autocast where native (else fp32): {precisions(records)}; grad clip 1.0.
 - Wall time of the training steps ({where(args.device)}): {wall / 60:.0f} min.
 - Loss curve: `loss.png`; probe accuracy against minutes: `probe.png` (and `probe.json`: `during` holds
   [step, minutes, scores] from 40 items a skill; the last entry is the final probe below).
 
-Probe (`harnessrl probe --model tiny-base`, {args.probe_items} fresh items per skill, greedy, exact match):
+Probe of the fp16 weights as shipped (`harnessrl probe --model tiny-base`, {args.probe_items} fresh items per skill,
+greedy, exact match):
 
 | skill | accuracy |
 |---|---|

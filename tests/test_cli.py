@@ -91,6 +91,12 @@ def test_sandbox_prints_the_guard_line_last(tmp_path):
     assert slow.returncode == 1 and json.loads(slow.stdout.splitlines()[-1])["timed_out"] is True
     missing = cli("sandbox", "--workspace", tmp_path / "nope", "--", "true")
     assert missing.exit_code == 2 and "nope" in missing.stderr
+    write = "open('big', 'wb').write(bytes(3 << 20))"
+    capped = run("--workspace", str(tmp_path), "--workspace-mb", "2", "--", sys.executable, "-c", write)
+    assert json.loads(capped.stdout.splitlines()[-1])["disk_full"] is True and not (tmp_path / "big").exists()
+    assert "over the 2 MiB" in capped.stderr and (tmp_path / "made").is_file()  # older files stay
+    small = run("--workspace", str(tmp_path), "--file-mb", "1", "--", sys.executable, "-c", write)
+    assert small.returncode == 1 and (tmp_path / "big").stat().st_size <= 1 << 20
 
 
 def test_make_corpus_writes_both_files_and_never_overwrites_without_force(tmp_path):

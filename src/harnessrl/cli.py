@@ -553,16 +553,24 @@ def sandbox(
     cpu_seconds: int = typer.Option(30, help="CPU-time limit"),
     memory_mb: int = typer.Option(1024, help="address-space (and cgroup memory) limit"),
     processes: int = typer.Option(64, help="most processes at once (pids cgroup)"),
+    file_mb: int = typer.Option(64, min=1, help="largest file the command may write (RLIMIT_FSIZE)"),
+    workspace_mb: int | None = typer.Option(
+        None,
+        min=1,
+        help="cap the workspace as the coding harness does (256): over it after the run, the files the "
+        "run wrote are removed, largest first, and disk_full is true; unset: unchecked (nothing removed)",
+    ),
 ) -> None:
     """Run one command exactly as the coding harness does: no network, writes only in WORKSPACE, limits, tree kill.
 
-    Prints the command's output, then one JSON line: exit_code, timed_out, survivors, guards."""
+    Prints the command's output, then one JSON line: exit_code, timed_out, survivors, guards, disk_full."""
     import json
     import sys
 
     from harnessrl.envs.code import sandbox as box
 
-    limits = box.Limits(wall_seconds=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb, processes=processes)
+    limits = box.Limits(wall_seconds=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb, processes=processes,
+                        file_mb=file_mb, workspace_mb=workspace_mb)  # fmt: skip
     try:
         result = box.run(command, workspace, limits)
     except FileNotFoundError as exc:

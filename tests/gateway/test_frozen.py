@@ -81,6 +81,22 @@ async def test_a_bad_parent_is_a_400_naming_the_key(swarm_gateway):
     await _ask(llm, "tiny", user, lineage="w/1")  # so a retry may begin it under another parent (here none)
 
 
+async def test_a_sub_agent_names_which_choice_of_n_spawned_it(swarm_gateway):
+    episode_id, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
+    user = [{"role": "user", "content": "plan"}]
+    three = await llm.chat.completions.create(model="tiny", messages=user, max_tokens=4, n=3)
+    await _ask(llm, "sub", user, lineage="w/a", parent=three.id, parent_choice="2")
+    await _ask(llm, "sub", user, lineage="w/b", parent=three.id)  # choice 0 unless named
+    for choice, error in [("3", r"'3' is not a choice of chatcmpl-\w+ \(0..2\)"), ("-1", "'-1' is not a choice")]:
+        with pytest.raises(openai.BadRequestError, match=error):
+            await _ask(llm, "sub", user, lineage="w/c", parent=three.id, parent_choice=choice)
+    with pytest.raises(openai.BadRequestError, match="metadata.parent_choice: names a choice of metadata.parent"):
+        await _ask(llm, "sub", user, lineage="w/c", parent_choice="1")
+    episode = await swarm_gateway.episode(episode_id)
+    assert [c.parent_call for c in episode.calls] == [None, None, None, 2, 0]
+
+
 async def test_a_proxied_frozen_model_is_recorded_and_a_dead_one_is_a_502(swarm_models):
     trainable, pinned = swarm_models
     with BackgroundServer(create_app(pinned, ADMIN_KEY)) as upstream:

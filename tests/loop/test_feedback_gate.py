@@ -75,11 +75,19 @@ def test_stale_samples_are_refused_or_kept_and_every_episode_is_counted(tmp_path
         store.finish(episode.model_copy(update={"status": status}))
         if signal:
             store.add_feedback(episode.id, None, signal, None)
+    broken = Episode(outcome=Outcome(answer="sunny"))  # a call extending one that is not there: no valid episode
+    store.add_episode(broken, "weather", 2)
+    bad = Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[-1.0], policy_version=2, extends_call=3)
+    store.add_calls(broken.id, [(0, bad, None)])
+    store.finish(broken.model_copy(update={"status": "finished"}))
+    store.add_feedback(broken.id, None, "accepted", None)
+    with pytest.raises(ValueError, match=f"episode {broken.id}: calls.0.extends_call: 3 is not an earlier call"):
+        store.episodes(ended=True)
     config = LoopConfig(registry=tmp_path, harness="x:y", benchmark=BenchmarkConfig(tasks=tmp_path, score="x:y"))
     used, counts = collect(config, store, "weather", 2, 0.0, 1e12)
     assert [e.reward.total for e in used] == [1.0]
-    assert counts == {"episodes": 4, "expired": 0, "unfinished": 1, "failed": 1, "finished": 3, "unlabelled": 1,
-                      "stale": 1, "labelled_used": 1, "off_policy_share": 0.5}  # fmt: skip
+    assert counts == {"episodes": 5, "unreadable": 1, "expired": 0, "unfinished": 1, "failed": 1, "finished": 3,
+                      "unlabelled": 1, "stale": 1, "labelled_used": 1, "off_policy_share": 0.5}  # fmt: skip
     config.stale = "correct"  # kept: the loss's ratio against the recorded sampled logprobs corrects them
     used, counts = collect(config, store, "weather", 2, 0.0, 1e12)
     assert sorted(e.reward.total for e in used) == [-1.0, 1.0] and counts["stale"] == 1

@@ -46,10 +46,19 @@ def test_a_stopped_run_resumes_without_gap_and_a_second_stage_starts_from_its_we
     second = pretrain("--out", str(stage2), "--steps", "3", "--seed", "1", *init, "--export-dir", str(tmp_path / "e2"))
     assert second.returncode == 0, second.stderr[-2000:]
     assert "--init" in (tmp_path / "e2" / "README.md").read_text()
-    resume = ["--out", str(stage2), "--steps", "4", "--seed", "1", "--resume", "--export-dir", str(tmp_path / "e2")]
-    refused(*resume, "--init", str(exported), match="--weights")  # a resumed stage keeps its flags
+    resume = ["--out", str(stage2), "--steps", "4", "--resume", "--export-dir", str(tmp_path / "e2")]
+    refused(*resume, "--weights", "copy=1", match="--weights")  # a resumed stage keeps its flags: another is refused
     refused(*resume, *init[:-2], "--follow-ups", "3", match="--follow-ups")
-    refused(*resume, *init, "--fields", "1-1", match="--fields")
+    refused(*resume, "--fields", "1-1", match="--fields")
+    (stage2 / "moved").mkdir()
+    exported.rename(stage2 / "moved" / "export1")  # its --init folder gone: a resume starts from its checkpoint
+    resumed = pretrain(*resume)  # the run's seed, init, weights, ramp and follow-ups without repeating them
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert steps(stage2) == [1, 2, 3, 4]
+    again = pretrain("--out", str(stage2), "--export-only", "--export-dir", str(tmp_path / "e3"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    card = (tmp_path / "e3" / "README.md").read_text()
+    assert "--init" in card and "record_field=0.6" in card and " 4 steps" in card  # each step's precision counted
 
 
 def test_batches_packed_in_worker_processes_train_resume_and_are_counted(tmp_path):

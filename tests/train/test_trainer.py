@@ -216,6 +216,23 @@ def test_resume_continues_exactly(fresh_policy, tmp_path, lora):
         assert torch.equal(a, b), name
 
 
+def test_a_resume_serves_the_version_its_weights_were_saved_at(fresh_policy, tmp_path):
+    groups = sampled_groups(fresh_policy)
+    first = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(), policy=fresh_policy)
+    for _ in range(3):
+        first.rl_step(groups)
+    first.save(tmp_path / "ck")
+    assert fresh_policy.version == 3
+    later = Policy.load("tiny")  # a new process: its engine starts at version 0
+    try:
+        resumed = Trainer(later.model, later.tokenizer, TrainConfig(), policy=later)
+        resumed.resume(latest_checkpoint(tmp_path / "ck"))
+        assert later.version == 3  # not 1: versions never go back, so staleness and the metrics stay in order
+        assert resumed.rl_step(groups)["policy_version"] == 4
+    finally:
+        later.close()
+
+
 def test_a_resume_trains_at_this_configs_rate_and_logs_the_rate_each_step_used(fresh_policy, tmp_path):
     groups = sampled_groups(fresh_policy)
     first = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(lr=1e-3, warmup_steps=2))

@@ -300,7 +300,8 @@ def create_app(
         completion = await asyncio.to_thread(_rendered_reply, policy, prompt.text, body.messages, body.reply, tools)
         response_id = "chatcmpl-" + secrets.token_hex(12)  # what a sub-agent it spawns names as its parent
         async with _appending(record):
-            index = record.responses[response_id] = len(record.episode.calls)
+            index = len(record.episode.calls)
+            record.responses[response_id] = range(index, index + 1)
             record.episode.calls.append(Call(
                 agent=record.agent, prompt_ids=prompt.ids, completion_ids=completion, sampled_logprobs=[0.0] * len(completion),
                 policy_version=policy.version, trainable=record.trainable, extends_call=prompt.extends_call,
@@ -343,7 +344,8 @@ def create_app(
             response, response_id, calls = await _proxied(request, served, body, place)
             if record is not None and calls:
                 async with _appending(record):
-                    first = record.responses[response_id] = len(record.episode.calls)
+                    first = len(record.episode.calls)
+                    record.responses[response_id] = range(first, first + len(calls))
                     record.episode.calls.extend(calls)
                     record.turns.extend(Turn([], "", "", (), place.thread) for _ in calls)  # none a later call extends
                     await persist(record, first, response_id, None)
@@ -405,7 +407,8 @@ def create_app(
                 if prompt.extends_call in record.held_choices:  # the agent kept this choice of n
                     reflagged = prompt.extends_call
                     record.episode.calls[reflagged].trainable = record.held_choices.pop(reflagged)
-                first = record.responses[response_id] = len(record.episode.calls)
+                first = len(record.episode.calls)
+                record.responses[response_id] = range(first, first + len(completions))
                 for completion, (message, finish, error) in zip(completions, answers):
                     if body.n > 1:  # siblings must not share the episode's advantage unless the agent goes on from one
                         record.held_choices[len(record.episode.calls)] = place.trainable
@@ -502,7 +505,18 @@ def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
             raise APIError(
                 400, "metadata.parent: not the id of a chat completion of this episode", param="metadata.parent"
             )
-        place.parent_call = record.responses[meta["parent"]]
+        calls = record.responses[meta["parent"]]  # one a choice: `parent_choice` names which spawned this call
+        choice = meta.get("parent_choice", "0")
+        if not (choice.isascii() and choice.isdigit() and int(choice) < len(calls)):
+            raise APIError(
+                400,
+                f"metadata.parent_choice: {choice[:20]!r} is not a choice of {meta['parent']} (0..{len(calls) - 1})",
+                param="metadata.parent_choice",
+            )
+        place.parent_call = calls[int(choice)]
+    elif "parent_choice" in meta:
+        raise APIError(400, "metadata.parent_choice: names a choice of metadata.parent, which is missing",
+                       param="metadata.parent_choice")  # fmt: skip
     if record is not None:  # a conversation keeps the parent it began with (calltree checks this)
         name = place.lineage or place.agent
         began = record.claim(name, place.parent_call)  # the request releases it when it ends (chat_call)

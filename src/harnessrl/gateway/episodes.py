@@ -23,7 +23,7 @@ class EpisodeRecord:
     finishing: bool = False  # a finish is being stored
     # choices of an n > 1 request, recorded untrainable: call index -> the trainable flag it gets if a later call extends it
     held_choices: dict[int, bool] = field(default_factory=dict)
-    responses: dict[str, int] = field(default_factory=dict)  # chat completion id -> its (first) call index
+    responses: dict[str, range] = field(default_factory=dict)  # chat completion id -> its calls (one a choice)
     lineage_parents: dict[str, int | None] = field(default_factory=dict)  # lineage -> the call that spawned it
     lineage_claims: Counter = field(default_factory=Counter)  # lineage -> requests under way that agreed to its parent
     touched: float = field(default_factory=time.monotonic)  # last activity; idle past the session TTL expires it
@@ -54,7 +54,7 @@ class EpisodeRecord:
         choices) and the held choice it made trainable (`reflagged`). What a refused commit leaves."""
         calls = self.episode.calls
         del calls[first:], self.turns[first:]
-        for response_id in [r for r, index in self.responses.items() if index >= first]:
+        for response_id in [r for r, indices in self.responses.items() if indices.start >= first]:
             del self.responses[response_id]
         for index in [i for i in self.held_choices if i >= first]:
             del self.held_choices[index]

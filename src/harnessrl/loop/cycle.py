@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import importlib
 import importlib.util
+import logging
 import random
 import shutil
 import sys
@@ -46,6 +47,8 @@ from harnessrl.policy import Policy
 from harnessrl.policy.model import load_model_and_tokenizer
 from harnessrl.train import TrainConfig, Trainer, lora_for
 from harnessrl.types import Episode, Task, read_jsonl, read_yaml, validated
+
+log = logging.getLogger(__name__)
 
 
 class BenchmarkConfig(BaseModel):
@@ -207,9 +210,13 @@ def collect(config: LoopConfig, store: Store, model: str, number: int, since: fl
     """The window's episodes as (labelled episodes with their reward, counts): every episode that ended
     in the window is counted once as used, unlabelled, stale-refused, expired or failed; `unfinished`:
     the sessions still running, which join the window they end in."""
-    rows = store.episodes(since, until, model=model, ended=True)
+    unreadable: list[str] = []  # stored episodes that are no valid Episode: counted and named, never trained on
+    rows = store.episodes(since, until, model=model, ended=True, unreadable=unreadable)
+    for message in unreadable:
+        log.warning("cycle %d: left out %s", number, message)
     counts = {
-        "episodes": len(rows),
+        "episodes": len(rows) + len(unreadable),
+        "unreadable": len(unreadable),
         "expired": sum(r.episode.failure_reason == EXPIRED for r in rows),
         "unfinished": store.running(model),  # not in the window: each joins the window it ends in
         "failed": sum(r.episode.status == "failed" and r.episode.failure_reason != EXPIRED for r in rows),

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 
 from harnessrl.gateway.serving import EXPIRED, RecordError
-from harnessrl.types import Call, Episode, Outcome, Task
+from harnessrl.types import Call, Episode, Outcome, Task, first_error
 
 _meta = sa.MetaData()
 episodes_table = sa.Table(
@@ -219,10 +220,17 @@ class Store:
     # ---- what the cycle reads ----
 
     def episodes(
-        self, since: float = 0.0, until: float | None = None, model: str | None = None, ended: bool = False
+        self,
+        since: float = 0.0,
+        until: float | None = None,
+        model: str | None = None,
+        ended: bool = False,
+        unreadable: list[str] | None = None,
     ) -> list[StoredEpisode]:
         """Episodes created in [since, until), oldest first, with their calls and feedback; `ended`: those
-        that ended (finished or failed; running ones are left out) in [since, until) instead."""
+        that ended (finished or failed; running ones are left out) in [since, until) instead. A stored episode that
+        is no valid Episode (rows written by hand or by an older harnessrl) is a ValueError naming it and its field;
+        with an `unreadable` list, it is left out and its message appended there instead."""
         at = episodes_table.c.updated_at if ended else episodes_table.c.created_at
         where = at >= since
         if until is not None:
@@ -240,10 +248,18 @@ class Store:
                     calls[c.episode_id].append((c.call_index, c.call))
                 for f in db.execute(sa.select(feedback_table).where(feedback_table.c.episode_id.in_(chunk))):
                     feedback[f.episode_id].append(Feedback(f.call_index, f.signal, f.value, f.received_at))
-        return [
-            StoredEpisode(_episode(r, calls[r.id]), r.model, r.policy_version, r.created_at, feedback[r.id])
-            for r in rows
-        ]
+        stored = []
+        for r in rows:
+            try:
+                episode = _episode(r, calls[r.id])
+            except ValidationError as exc:
+                message = f"store {_shown(self.url)}: episode {r.id}: {first_error(exc, 'episode')}"
+                if unreadable is None:
+                    raise ValueError(message) from None
+                unreadable.append(message)
+                continue
+            stored.append(StoredEpisode(episode, r.model, r.policy_version, r.created_at, feedback[r.id]))
+        return stored
 
     def running(self, model: str | None = None) -> int:
         """How many episodes are still running."""

@@ -190,14 +190,15 @@ class Engine:
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         return self.submit(prompt_ids, params).result()
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
-        """Replace the weights between two decode steps; returns the new version."""
+    def update_weights(self, state_dict: dict[str, torch.Tensor], at_least: int = 0) -> int:
+        """Replace the weights between two decode steps; returns the new version: one up, or `at_least` (a resumed
+        trainer's weights keep the version they were saved at)."""
         with self._step_lock, torch.no_grad():
             self.model.load_state_dict(state_dict)
             self._prefixes.clear()  # keys and values of the old weights
             for r in self._prefilling:  # a prompt part-prefilled (chunked, or from the cache) starts over
                 r.cache, r.prefilled, r.reused = None, 0, 0
-            self.version += 1
+            self.version = max(self.version + 1, at_least)
             return self.version
 
     def close(self) -> None:

@@ -77,9 +77,9 @@ class Policy:
     def version(self) -> int:
         return self.engine.version
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
-        """Load new weights into the serving model; returns the new policy_version."""
-        return self.engine.update_weights(state_dict)
+    def update_weights(self, state_dict: dict[str, torch.Tensor], at_least: int = 0) -> int:
+        """Load new weights into the serving model; returns the new policy_version (one up, or `at_least`)."""
+        return self.engine.update_weights(state_dict, at_least)
 
     def save(self, path: str | Path) -> None:
         self.model.save_pretrained(path)

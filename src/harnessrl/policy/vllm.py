@@ -157,8 +157,8 @@ class VLLMEngine:
 
     # ---- weights ----
 
-    def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
-        """Sync, verify, and only then bump the version; returns it."""
+    def update_weights(self, state_dict: dict[str, torch.Tensor], at_least: int = 0) -> int:
+        """Sync, verify, and only then bump the version (one up, or `at_least`); returns it."""
         import time
 
         with self._lock:
@@ -166,7 +166,8 @@ class VLLMEngine:
             before = self.checksums()
             with torch.no_grad():
                 self.model.load_state_dict(state_dict)
-            folder = self.sync_dir / f"v{self.version + 1}"
+            version = max(self.version + 1, at_least)
+            folder = self.sync_dir / f"v{version}"
             folder.mkdir(parents=True, exist_ok=True)
             # cloned: tied embeddings share memory, which safetensors refuses to save
             tensors = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
@@ -175,7 +176,7 @@ class VLLMEngine:
             self._post("/reset_prefix_cache", None)
             self.verify(before)
             shutil.rmtree(self.sync_dir / f"v{self.version}", ignore_errors=True)
-            self.version += 1
+            self.version = version
             self.sync_seconds.append(time.perf_counter() - started)
             return self.version
 

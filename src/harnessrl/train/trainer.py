@@ -297,11 +297,11 @@ class Trainer:
                     state[f"{name}.weight"] += module.get_delta_weight(module.active_adapters[0])
         return state
 
-    def push(self) -> int:
+    def push(self, at_least: int = 0) -> int:
         """Copy the trained weights into the serving policy; returns its new version (-1 without one)."""
         if self.policy is None:
             return -1
-        return self.policy.update_weights(self.plain_state())
+        return self.policy.update_weights(self.plain_state(), at_least)
 
     def write_model(self, folder: Path) -> None:
         """A Hugging Face folder (safetensors) that transformers and vLLM load as is."""
@@ -323,6 +323,7 @@ class Trainer:
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
             "cursor": cursor or {},
             "config": self.config.model_dump(),
+            "policy_version": self.policy.version if self.policy is not None else -1,
         }
         return save_checkpoint(root, self.step if number is None else number, self.write_model, state)
 
@@ -344,7 +345,7 @@ class Trainer:
         self.forget_after(self.step)
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
-        self.push()
+        self.push(at_least=state.get("policy_version", 0))  # versions go on from the saved one, never back
         return state["cursor"]
 
     def _configured_hyperparameters(self, saved: dict[str, Any]) -> None:

@@ -67,7 +67,8 @@ class SandboxResult:
 
     def summary(self) -> dict:
         """The line `harnessrl sandbox` prints last."""
-        return {k: v for k, v in asdict(self).items() if k in ("exit_code", "timed_out", "survivors", "guards")}
+        keys = ("exit_code", "timed_out", "survivors", "guards", "disk_full")
+        return {k: v for k, v in asdict(self).items() if k in keys}
 
 
 def run(
