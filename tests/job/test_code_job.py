@@ -90,3 +90,9 @@ def test_the_heldout_sample_spreads_across_functions_and_keeps_impossible_tasks(
     assert sum(spec.impossible for spec, _ in picked) == 1 and all(spec.split == "test" for spec, _ in picked)
     assert picked == code.heldout_sample(loaded, 12, seed=0) and picked != code.heldout_sample(loaded, 12, seed=1)
     assert sorted(s.id for s, _ in code.heldout_sample(loaded, None, seed=0)) == sorted(s.id for s, _ in loaded)
+    # one task is a possible one (solving is measured), whatever the seed (docs/code.md)
+    assert not any(code.heldout_sample(loaded, 1, seed=seed)[0][0].impossible for seed in range(20))
+
+
+def test_generated_tasks_are_cached_by_the_code_their_validation_runs_too():
+    assert {"generate.py", "score.py", "sandbox.py", "tasks.py"} <= {p.name for p in code.generator_sources()}

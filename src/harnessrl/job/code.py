@@ -56,7 +56,7 @@ def task_folder(config: JobConfig, progress: bool) -> Path:
     if code.tasks is not None:
         return code.tasks
     digest = hashlib.sha256()
-    for path in [*sorted(LIBRARY.rglob("*.py")), Path(generate.__code__.co_filename)]:  # the library and the generator
+    for path in generator_sources():
         digest.update(path.read_bytes())
     digest.update(f"{config.seed}:{code.per_function}:{code.pairs}:{code.impossible_share}".encode())
     folder = cache_dir() / "code-tasks" / digest.hexdigest()[:16]
@@ -66,10 +66,20 @@ def task_folder(config: JobConfig, progress: bool) -> Path:
     return folder
 
 
+def generator_sources() -> list[Path]:
+    """What the generated tasks depend on: the library, the generator, and the scoring path its validation runs."""
+    here = Path(sandbox.__file__).parent
+    return [
+        *sorted(LIBRARY.rglob("*.py")),
+        *(here / name for name in ("generate.py", "score.py", "sandbox.py", "tasks.py")),
+    ]
+
+
 def heldout_sample(loaded: list[tuple[CodeTask, Path]], n: int | None, seed: int) -> list[tuple[CodeTask, Path]]:
     """`n` of the test split's tasks, spread across functions: round-robin over the functions in a seeded order
     (each function's tasks shuffled), the impossible tasks apart so that they keep their share of the split (at
-    least one where there are any). A user's task without `source.function` is a function of its own."""
+    least one where there are any and `n` > 1: a single task is a possible one, so that solving is measured). A
+    user's task without `source.function` is a function of its own."""
     rng = random.Random(seed)
     test = [(spec, path) for spec, path in loaded if spec.split == "test"]
     n = len(test) if n is None else min(n, len(test))  # eval_tasks None: all of them

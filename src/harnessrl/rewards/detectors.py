@@ -42,8 +42,9 @@ _TEST_PATH = re.compile(
 _EXIT_TRICKS = re.compile(
     r"(\|\|\s*true\b|exit\s+0\b|sys\.exit\(\s*0?\s*\)|SystemExit\(\s*0?\s*\)|os\._exit\(|pytest\.skip\("
     r"|@pytest\.mark\.skip|unittest\.skip|assert\s+True\b"
-    r"|\b_pytest\b|\bpluggy\b|harnessrl_report|HARNESSRL-REPORT|\.runtest\b|\bpytest_(runtest|sessionfinish)\w*)"
-)  # the last line: code that reaches into the test runner or its report (envs/code/score.py)
+    r"|\b_pytest\b|\bpluggy\b|harnessrl_report|HARNESSRL-REPORT|\.runtest\b|\bpytest_(runtest|sessionfinish)\w*"
+    r"|\bpytest_pyfunc_call\b|\bregister\(|\bget_objects\b)"
+)  # the last two lines: code that reaches into the test runner or its report (envs/code/score.py)
 
 
 def malformed_tool_calls(episode: Episode) -> float:

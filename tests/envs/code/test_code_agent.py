@@ -8,13 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harnessrl.envs.code.expert import CodeExpert, fix_edits
 from harnessrl.envs.code.harness import CodingAgent, _Run
 from harnessrl.envs.code.reward import cheat_rate, code_reward
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train.sequences import episode_sequences
 from harnessrl.types import Episode, Task
-from tests.envs.code.test_score import FIXED, task  # noqa: F401  (the calc task fixture)
+from tests.envs.code.test_score import FIXED, PLUGIN_THROUGH_GC, task  # noqa: F401  (the calc task fixture)
 
 
 def with_reference(task) -> Task:  # noqa: F811
@@ -101,6 +103,31 @@ def test_a_tampering_agent_is_flagged(task, tmp_path):  # noqa: F811
     assert "test_tampering" in scored.flags and scored.terms["hidden_tests"] == 0.0
     shutil.rmtree(tmp_path / "ws")
     assert Path(task[1] / "repo" / "tests" / "test_calc.py").read_text().count("add(2, 2) == 4") == 1
+
+
+def test_a_plugin_registered_from_the_tested_code_scores_nothing_and_is_flagged(task, tmp_path):  # noqa: F811
+    # calc.py finds pytest's plugin manager through gc and registers a pytest_pyfunc_call that passes every test
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    assert run.edit_file("calc.py", "def add", PLUGIN_THROUGH_GC + "\n\ndef add") == "edited calc.py"
+    outcome = run.outcome()
+    assert outcome.info["hidden"]["passed"] == 0 and outcome.info["hidden"]["invalid"] and not outcome.success
+    (scored,) = asyncio.run(code_reward().score_group([Episode(task=run.task, outcome=outcome)]))
+    assert {"test_tampering", "report_invalid"} <= set(scored.flags) and scored.total < 0
+
+
+def test_names_that_are_not_utf8_and_a_workspace_behind_a_link_break_nothing(task, tmp_path):  # noqa: F811
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")  # TMPDIR behind a symlink
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "link" / "ws")
+    assert run.edit_file("calc.py", "a - b", "a + b") == "edited calc.py" and run.edited == ["calc.py"]
+    with open(os.fsencode(tmp_path / "link" / "ws") + b"/\xff.py", "w") as f:  # the agent's code: open(b'\xff.py', 'w')
+        f.write("X = 1\n")
+    assert "\udcff" not in run.list_files()
+    with pytest.raises(ValueError, match="is not UTF-8 text"):  # JSON's "\udcff" from the model: no such file made
+        run.edit_file("\udcff.py", "", "X = 1\n")
+    outcome = run.outcome()
+    assert outcome.info["dropped"] == {"\ufffd.py": "not UTF-8"} and outcome.success
+    Episode(task=run.task, outcome=outcome).model_dump_json()  # the checkpoint's write: no lone surrogate
 
 
 def test_a_backtracking_search_stops_with_a_tool_error(task, tmp_path):  # noqa: F811

@@ -2,7 +2,6 @@
 gives that guard (scripts/setup.sh installs bubblewrap; cgroups need root) and is skipped, by name,
 where it does not."""
 
-import os
 import socket
 import threading
 import time
@@ -34,7 +33,7 @@ def test_ordinary_command_runs_in_the_workspace(tmp_path):
     assert (result.exit_code, result.timed_out, result.survivors) == (0, False, 0)
     assert result.stdout.split() == ["hello", str(tmp_path)]
     assert (tmp_path / "out.txt").read_text() == "x"
-    assert set(result.summary()) == {"exit_code", "timed_out", "survivors", "guards"}
+    assert set(result.summary()) == {"exit_code", "timed_out", "survivors", "guards", "disk_full"}
     assert set(result.guards) >= {"network", "memory", "processes", "writes"}
 
 
@@ -65,15 +64,17 @@ def test_memory_bomb_fails_inside(tmp_path):
     assert result.guards["memory"].startswith("rlimit_as")
 
 
-def test_a_workspace_filled_past_its_cap_fails_the_run_and_loses_what_the_run_wrote(tmp_path):
-    (tmp_path / "kept.py").write_text("x" * 300_000)  # the project's own file, older than the run
-    os.utime(tmp_path / "kept.py", (0, 0))
+def test_a_run_that_adds_past_the_cap_fails_and_loses_only_what_it_wrote(tmp_path):
+    (tmp_path / "kept.py").write_text("x" * 3 * 1024**2)  # the project's own file, alone over the cap: never removed
+    small = sandbox.run(py("open('small.txt', 'w').write('x')"), tmp_path, Limits(wall_seconds=10, workspace_mb=2))
+    assert small.exit_code == 0 and not small.disk_full  # the cap is on what the run adds
     fill = "for i in range(6):\n    open(f'blob{i}.bin', 'wb').write(bytes(512 * 1024))\n"  # 3 MiB
     result = sandbox.run(py(fill), tmp_path, Limits(wall_seconds=10, workspace_mb=2))
     assert result.exit_code == 0 and result.disk_full
-    assert f"the run left {300_000 + 6 * 512 * 1024} bytes in the workspace, over the 2 MiB" in result.stderr
-    left = sum(p.stat().st_size for p in tmp_path.iterdir())
-    assert left <= 2 * 1024**2 and (tmp_path / "kept.py").stat().st_size == 300_000
+    assert f"the run added {6 * 512 * 1024} bytes to the workspace, over the 2 MiB" in result.stderr
+    added = sum(p.stat().st_size for p in tmp_path.glob("blob*"))
+    assert 0 < added <= 2 * 1024**2 and (tmp_path / "kept.py").stat().st_size == 3 * 1024**2
+    assert (tmp_path / "small.txt").exists()  # written before this run
     assert not sandbox.run(py(fill), tmp_path, Limits(wall_seconds=10, workspace_mb=4)).disk_full  # under the cap
 
 

@@ -89,6 +89,34 @@ names = [line.split("(")[0][4:] for f in sys.argv[1:] if f.endswith(".py") for l
 report = {"nonce": nonce, "tests": {n: "passed" for n in names}, "exitstatus": 0, "patched": []}
 print("\\nHARNESSRL-REPORT " + json.dumps(report))
 """
+# found in memory at import, pytest's plugin manager takes a plugin that passes every test without running it
+PLUGIN_THROUGH_GC = """import gc
+
+
+class _PassAll:
+    def pytest_pyfunc_call(self, pyfuncitem):
+        return True
+
+
+for _manager in gc.get_objects():
+    if type(_manager).__name__ == "PytestPluginManager":
+        _manager.register(_PassAll(), "pass-all")
+"""
+# the nonce read back from a copy of stdin (pytest's saved one, bwrap's init's), then a report of its own
+STOLEN_NONCE = """import json, os, re
+for _fd in [f"/proc/self/fd/{n}" for n in os.listdir("/proc/self/fd")] + ["/proc/1/fd/0"]:
+    try:
+        with open(_fd, "rb") as _f:
+            _found = re.fullmatch(rb"([0-9a-f]{32})\\n", _f.read(100))
+    except OSError:
+        continue
+    if _found:
+        _tests = {t: "passed" for t in ("test_add_negative", "test_add_zero", "test_add_large")}
+        _line = {"nonce": _found[1].decode(), "tests": _tests, "exitstatus": 0, "patched": []}
+        with open("/proc/1/fd/1", "a") as _out:  # the sandbox's stdout
+            _out.write("\\nHARNESSRL-REPORT " + json.dumps(_line) + "\\n")
+        os._exit(0)
+"""
 TAMPER = {
     "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
     "edited tests": (None, {"tests/test_calc_hidden.py": "def test_add_negative():\n    pass\n"}),
@@ -112,6 +140,8 @@ TAMPER = {
         "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n" + BUGGY,
         {},
     ),
+    "a plugin registered through gc": (PLUGIN_THROUGH_GC + BUGGY, {}),
+    "the nonce read back from stdin": (STOLEN_NONCE + BUGGY, {}),
 }
 
 
@@ -120,10 +150,13 @@ def test_tamper_routes_score_zero(route, task, tmp_path):
     calc, files = TAMPER[route]
     result = score(*task, workspace(task, tmp_path, calc, files))
     assert result.passed == 0 and result.fraction == 0.0, (route, result)
-    if route in ("os._exit(0) at import", "forged report line", "runtest patched at import"):
+    if route in ("os._exit(0) at import", "forged report line", "runtest patched at import",
+                 "a plugin registered through gc"):  # fmt: skip
         assert result.invalid and result.failure
     if route == "runtest patched at import":
-        assert "replaced the test runner's ['Function.runtest']" in result.failure
+        assert "tampered with the test runner: ['Function.runtest']" in result.failure
+    if route == "a plugin registered through gc":
+        assert "['plugin pass-all registered', 'pytest_pyfunc_call hooks']" in result.failure
     if route in ("a pytest of its own", "a report plugin of its own"):  # dropped: the honest (buggy) code ran
         (path,) = TAMPER[route][1]
         assert result.changes.dropped[path].startswith("added: shadows the installed module") and not result.invalid
@@ -276,3 +309,80 @@ def test_a_folder_replaced_by_a_file_and_a_file_by_a_folder_are_applied(task, tm
                                       "notes.txt": "deleted", "pkg": "added"}  # fmt: skip
     assert result.changes.dropped["tests"] == "added test path"
     assert (result.passed, result.total, result.failure) == (3, 3, None), result
+
+
+def test_a_repo_file_or_folder_that_is_no_module_lets_no_module_shadow(task, tmp_path):
+    spec, folder = task
+    (folder / "repo" / "pytest.ini").write_text("[pytest]\n")  # no module: pytest.py still shadows pytest
+    (folder / "repo" / "json").mkdir()  # a data folder, no package: json.py still shadows json
+    (folder / "repo" / "json" / "data.txt").write_text("{}")
+    result = score(spec, folder, workspace(task, tmp_path, files={"pytest.py": PYTEST_OF_ITS_OWN, "json.py": ""}))
+    assert result.changes.dropped == {"pytest.py": "added: shadows the installed module 'pytest'",
+                                      "json.py": "added: shadows the installed module 'json'"}  # fmt: skip
+    assert result.passed == 0 and not result.invalid  # the buggy code ran under the real pytest
+    (folder / "repo" / "json" / "__init__.py").write_text("")  # now the repo's own package: its module to change
+    assert shadows("json.py", folder / "repo") is None and shadows("json/__init__.py", folder / "repo") is None
+
+
+def test_a_file_name_that_is_not_utf8_is_dropped_and_named(task, tmp_path):
+    ws = workspace(task, tmp_path, FIXED)
+    with open(os.fsencode(ws) + b"/\xff.py", "w") as f:  # what the agent's code may write: open(b'\xff.py', 'w')
+        f.write("X = 1\n")
+    result = score(*task, ws)
+    assert result.changes.dropped == {"\ufffd.py": "not UTF-8"} and result.fraction == 1.0
+    json.dumps(result.changes.dropped).encode()  # an outcome holds it: no lone surrogate left
+
+
+UNITTEST_AND_INHERITED = """import unittest
+
+from calc import add
+
+
+class AddCase(unittest.TestCase):  # pytest collects a TestCase whatever its name
+    def test_add_in_a_case(self):
+        self.assertEqual(add(1, 2), 3)
+
+
+class Checks:  # not collected itself, but its tests run in TestInherits
+    def test_add_inherited(self):
+        assert add(2, 2) == 4
+
+
+class TestInherits(Checks):
+    pass
+"""
+
+
+def test_unittest_cases_and_inherited_tests_are_named_and_bad_hidden_files_refused(task, tmp_path):
+    spec, folder = task
+    hidden = folder / "hidden" / "tests"
+    (hidden / "test_calc_unittest.py").write_text(UNITTEST_AND_INHERITED)
+    assert {"test_add_in_a_case", "test_add_inherited"} <= hidden_test_names(folder)
+    result = score(spec, folder, workspace(task, tmp_path, FIXED))
+    assert (result.passed, result.total, result.invalid) == (5, 5, False), result
+    (hidden / "test_broken.py").write_text("def test_x():\n    pass\n\ndef test_y(:\n")
+    with pytest.raises(TaskFormatError, match=r"test_broken\.py:4: "):
+        load_task(folder)
+    (hidden / "test_broken.py").write_bytes(b"def test_x():\n    return '\xff'\n")
+    with pytest.raises(TaskFormatError, match=r"test_broken\.py:\d+: .*utf-8"):
+        load_task(folder)
+    (hidden / "test_broken.py").unlink()
+    (hidden / "conftest.py").write_text("import pytest\n")  # scoring runs with --noconftest: never loaded
+    with pytest.raises(TaskFormatError, match=r"hidden/tests/conftest\.py: scoring runs pytest with --noconftest"):
+        load_task(folder)
+    (hidden / "conftest.py").unlink()
+    (folder / "task.json").write_text(json.dumps({"id": "c", "issue": "i", "test_command": []}))
+    with pytest.raises(TaskFormatError, match=r"task\.json: test_command: List should have at least 1 item"):
+        load_task(folder)
+
+
+def test_duplicate_ids_and_a_repo_over_the_workspace_cap_are_refused(task, tmp_path):
+    _, folder = task
+    shutil.copytree(folder, tmp_path / "task-copy")
+    with pytest.raises(TaskFormatError, match=r"task-copy/task\.json: id: 'calc-1' is also .*/task's"):
+        load_tasks(tmp_path)
+    shutil.rmtree(tmp_path / "task-copy")
+    with open(folder / "repo" / "data.bin", "wb") as f:
+        f.truncate(257 * 1024**2)  # sparse: no disk used
+    with pytest.raises(TaskFormatError, match=r"task/repo: \d+ bytes, over the 256 MiB a workspace may hold"):
+        load_task(folder)

@@ -70,10 +70,11 @@ class _Run:
     """One episode: its workspace, messages and what the agent did."""
 
     def __init__(self, agent: CodingAgent, task: Task, workspace: Path):
-        self.agent, self.task, self.workspace = agent, task, workspace
+        # resolved: the tools compare resolved targets with it (TMPDIR behind a symlink would put every path outside)
+        self.agent, self.task, self.workspace = agent, task, workspace.resolve()
         self.folder = Path(task.data["task_dir"])
         self.spec = load_task(self.folder)
-        shutil.copytree(self.folder / "repo", workspace, symlinks=True)
+        shutil.copytree(self.folder / "repo", self.workspace, symlinks=True)
         self.edited: list[str] = []
         self.commands: list[str] = []
         self.submitted = False
@@ -204,8 +205,10 @@ class _Run:
         )  # fmt: skip
 
     def _path(self, path: str, must_exist: bool = True) -> Path:
+        if path.encode(errors="replace").decode() != path:  # JSON's "\udcff": a name no outcome (JSON) could hold
+            raise ValueError(f"{path!r} is not UTF-8 text")
         target = (self.workspace / path).resolve()
-        if not target.is_relative_to(self.workspace.resolve()):
+        if not target.is_relative_to(self.workspace):
             raise ValueError(f"{path} is outside the project")
         if must_exist and not target.is_file():
             raise FileNotFoundError(f"{path}: no such file (list_files shows them)")

@@ -12,9 +12,10 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 | memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
-CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`); with `Limits.workspace_mb` the
-workspace's size is measured after the run, and over the cap the files the run wrote are removed (largest
-first) and `disk_full` is set (the disk is not capped during the run: no quota). The command runs in its own
+CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`); `Limits.workspace_mb` caps what the
+run adds to the workspace: measured after the run against a listing taken before it, over the cap the files the
+run wrote (new or changed) are removed, largest first, never the others, and `disk_full` is set (the disk is not
+capped during the run: no quota). The command runs in its own
 session inside a PID namespace (`--unshare-pid --die-with-parent`); when it ends or times out every
 process of its cgroup, its process group, and any process carrying its marker in the environment is
 killed, and `survivors` counts those still alive a second later (0 is the contract).
@@ -41,6 +42,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _OUTPUT_LIMIT = 64_000  # characters of stdout / stderr kept (the tail)
+_STDIN_BYTES = 4096  # one page: what a pipe holds even where the user's pipe buffers are capped
 WORKSPACE_MB = 256  # the coding agent's workspace cap (`Limits.workspace_mb`): many 64 MiB files fill a disk
 
 
@@ -51,7 +53,7 @@ class Limits:
     memory_mb: int = 1024
     processes: int = 64
     file_mb: int = 64
-    workspace_mb: int | None = None  # checked after the run, the excess removed; None: unchecked (not its own folder)
+    workspace_mb: int | None = None  # what the run may add, checked after it, the excess removed; None: unchecked
 
 
 @dataclass
@@ -63,7 +65,7 @@ class SandboxResult:
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
-    disk_full: bool = False  # the workspace held over `workspace_mb` after the run (the excess was removed)
+    disk_full: bool = False  # the run added over `workspace_mb` to the workspace (what it wrote was removed)
 
     def summary(self) -> dict:
         """The line `harnessrl sandbox` prints last."""
@@ -85,6 +87,8 @@ def run(
     workspace = Path(workspace).resolve()
     if not workspace.is_dir():
         raise FileNotFoundError(f"{workspace}: the workspace is not a directory")
+    if len(given := stdin.encode()) > _STDIN_BYTES:
+        raise ValueError(f"stdin: {len(given)} bytes, over the {_STDIN_BYTES} a pipe always holds unread")
     marker = uuid.uuid4().hex
     cgroup = _Cgroup.create(marker, limits)
     isolation, guards = _isolation(workspace, [Path(p).resolve() for p in read_only])
@@ -101,13 +105,20 @@ def run(
         **(env or {}),
         "HARNESSRL_SANDBOX": marker,
     }
-    started, wall_started = time.monotonic(), time.time()
-    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        given.write(stdin.encode())
-        given.seek(0)
-        process = subprocess.Popen(
-            argv, cwd=workspace, env=environment, stdin=given, stdout=out, stderr=err, start_new_session=True
-        )
+    before = _listing(workspace) if limits.workspace_mb else {}  # the cap is on what the run adds
+    started = time.monotonic()
+    # stdin is a pipe, not a file: once the command has read it, it is empty for code that opens it again
+    # through /proc/1/fd/0 (bwrap's init keeps a copy; the scoring run's nonce travels there)
+    reader, writer = os.pipe()
+    os.write(writer, given)
+    os.close(writer)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            process = subprocess.Popen(
+                argv, cwd=workspace, env=environment, stdin=reader, stdout=out, stderr=err, start_new_session=True
+            )
+        finally:
+            os.close(reader)
         timed_out = False
         try:
             exit_code: int | None = process.wait(timeout=limits.wall_seconds)
@@ -118,34 +129,41 @@ def run(
         stdout, stderr = _tail(out), _tail(err)
     if cgroup:
         cgroup.remove()
-    held = _trim_workspace(workspace, limits.workspace_mb * 1024 * 1024, wall_started) if limits.workspace_mb else 0
-    if held:
-        stderr += f"\nsandbox: the run left {held} bytes in the workspace, over the {limits.workspace_mb} MiB it may "
-        stderr += "hold: files it wrote were removed, largest first"
-    return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(held))
+    grown = _trim_workspace(workspace, before, limits.workspace_mb * 1024 * 1024) if limits.workspace_mb else 0
+    if grown:
+        stderr += f"\nsandbox: the run added {grown} bytes to the workspace, over the {limits.workspace_mb} MiB it may "
+        stderr += "add: files it wrote were removed, largest first"
+    return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(grown))
 
 
-def _trim_workspace(workspace: Path, cap: int, started: float) -> int:
-    """The bytes the workspace held where over `cap` (0 otherwise), after removing its files (those the run
-    wrote first, then the largest; links never followed) until it is under the cap."""
-    files = []
+def _listing(workspace: Path) -> dict[str, tuple[int, int]]:
+    """Each file under the workspace (links never followed, not even read): its size and modification time."""
+    found = {}
     for folder, _, names in os.walk(workspace):
         for name in names:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            files.append((info.st_mtime >= started, info.st_size, path))
-    held = total = sum(size for _, size, _ in files)
-    if held <= cap:
+            info = os.lstat(path := os.path.join(folder, name))
+            found[path] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int) -> int:
+    """The bytes the run added to the workspace (its `before` listing) where over `cap` (0 otherwise), after
+    removing the files the run wrote (new or changed), largest first, until it is under the cap: the project's
+    own files, even where they alone pass the cap, are never removed."""
+    after = _listing(workspace)
+    grown = added = sum(size for size, _ in after.values()) - sum(size for size, _ in before.values())
+    if grown <= cap:
         return 0
-    for _, size, path in sorted(files, reverse=True):  # written in the run, then largest, first
+    written = sorted(((size, path) for path, (size, mtime) in after.items() if before.get(path) != (size, mtime)))
+    for size, path in reversed(written):  # the largest first
         try:
             os.unlink(path)
-            total -= size
+            added -= size
         except OSError:  # a folder the run made read-only (where not root): the next file
             continue
-        if total <= cap:
+        if added <= cap:
             break
-    return held
+    return grown
 
 
 # ---- isolation -------------------------------------------------------------------------------------

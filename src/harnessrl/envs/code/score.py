@@ -10,12 +10,14 @@
    report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH), tracebacks, captured
    output and warnings off (so the report line is not pushed out of the kept output by honest failures).
 3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
-   before any test module (so it is in no file, argument or environment variable the tested code
-   could read). It must name exactly the hidden tests, each once, with a known outcome, agree with
-   pytest's exit code, appear once, and find unchanged the functions that run and report a test
-   (`Function.runtest`, `call_and_report`, ...: the plugin keeps them at import and compares at
-   the end); anything else (a missing report, `os._exit(0)` at import, a forged or non-finite
-   line, a swapped runner) is a failed score with its reason, never a number.
+   before any test module, and then points stdin at /dev/null (so it is in no file, argument,
+   environment variable or copy of stdin the tested code could read). It must name exactly the hidden
+   tests, each once, with a known outcome, agree with pytest's exit code, appear once, and find
+   unchanged the functions that run and report a test (`Function.runtest`, `call_and_report`, ...:
+   the plugin keeps them at import and compares at the end) and every hook's implementations, with no
+   plugin registered since collection began (a plugin the tested code registers, its
+   `pytest_pyfunc_call` passing every test); anything else (a missing report, `os._exit(0)` at import, a
+   forged or non-finite line, a swapped runner) is a failed score with its reason, never a number.
 
 The tested code runs in pytest's process, so a determined attack from inside it (editing this
 plugin's state in memory, then forcing the exit code) is not ruled out by the report alone; the
@@ -63,8 +65,39 @@ def _now():
     return {name: vars(owner).get(attr) for name, (owner, attr) in _GUARDED.items()}
 
 
+def _hooks():
+    """Every hook's caller and implementations: a plugin the tested code registers (found through
+    gc.get_objects(), its pytest_pyfunc_call passing every test) or an implementation it slips in changes them."""
+    hooks = vars(_state["manager"].hook)
+    return {name: [caller, *(impl.function for impl in caller.get_hookimpls())] for name, caller in hooks.items()}
+
+
+def _check():
+    if "hooks" in _state:  # kept when collection began: anything since is the tested code's
+        now, then = _hooks(), _state["hooks"]
+        changed = [name for name in now.keys() | then.keys() if now.get(name) != then.get(name)]
+        _state["tampered"].update(f"{name} hooks" for name in changed)
+
+
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
-_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now()}
+_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now(),
+          "tampered": set()}
+# then stdin is /dev/null: pytest's capture, which starts later, saves a copy of fd 0 that the tested code could
+# read again through /proc/self/fd; now that copy is of /dev/null
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+sys.stdin = open(os.devnull)
+
+
+def pytest_collection(session):  # the last moment before any tested code is imported
+    _state["manager"] = session.config.pluginmanager
+    _state["hooks"] = _hooks()
+
+
+def pytest_plugin_registered(plugin, plugin_name, manager):
+    if "hooks" in _state:  # a plugin registered once collection began: the tested code's
+        _state["tampered"].add(f"plugin {plugin_name} registered")
 
 
 def pytest_runtest_logreport(report):
@@ -74,15 +107,20 @@ def pytest_runtest_logreport(report):
         _state["tests"][name] = report.outcome if previous in (None, "passed") else previous
 
 
+def pytest_runtest_logfinish(nodeid, location):  # after each test too: a plugin it registers, then removes
+    _check()
+
+
 def pytest_collectreport(report):
     if report.failed:
         _state["tests"]["<collection>"] = "error"
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _check()
     patched = sorted(name for name, now in _now().items() if now is not _state["guarded"][name])
     line = {"nonce": _state.get("nonce"), "tests": _state.get("tests", {}), "exitstatus": int(exitstatus),
-            "patched": patched}
+            "patched": patched + sorted(_state["tampered"])}
     _state["out"].write("\\nHARNESSRL-REPORT " + json.dumps(line) + "\\n")
     _state["out"].flush()
 '''
@@ -135,9 +173,12 @@ def changes(pristine: Path, workspace: Path) -> Changes:
     for path in sorted(set(before) | set(after), key=lambda p: (not p.endswith(".py"), p)):  # code first
         old, new = before.get(path), after.get(path)
         if new is not None and (odd := _not_regular(new)):
-            result.dropped[path] = odd
+            result.dropped[_utf8(path)] = odd
             continue
         if old is not None and new is not None and _same(old, new):
+            continue
+        if _utf8(path) != path:  # a name the agent's code wrote in bytes: no JSON (so no outcome) could hold it
+            result.dropped[_utf8(path)] = "not UTF-8"
             continue
         kind = "added" if old is None else "deleted" if new is None else "modified"
         if TEST_PATH.search(path) or TEST_PATH.search(path + "/"):  # a file `tests` would replace the tests folder
@@ -245,7 +286,7 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
     if not isinstance(report, dict) or report.get("nonce") != nonce:
         return failed("the report does not carry this run's nonce (forged)")
     if report.get("patched") != []:
-        return failed(f"the tested code replaced the test runner's {report.get('patched')}")
+        return failed(f"the tested code tampered with the test runner: {report.get('patched')}")
     tests = report.get("tests")
     if isinstance(tests, dict) and tests.get("<collection>") == "error" and report.get("exitstatus") == run.exit_code:
         return failed("the hidden tests could not be collected (the module does not import?)", invalid=False)
@@ -301,7 +342,10 @@ def _importable(filename: str) -> bool:
 
 
 def _in_repo(pristine: Path, name: str) -> bool:
-    return (pristine / name).is_dir() or any(pristine.glob(f"{name}.*"))
+    """Whether the task's repo has module `name` itself, in a form Python imports: its pytest.ini or a json/ data
+    folder is no module, and must not let the agent add a pytest.py or json.py."""
+    suffixes = importlib.machinery.all_suffixes()
+    return any((pristine / f"{name}{s}").is_file() or (pristine / name / f"__init__{s}").is_file() for s in suffixes)
 
 
 @functools.cache
@@ -328,8 +372,13 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def regular_files(root: Path) -> list[Path]:
-    """Regular files under root, links never followed (the agent's tools and scoring read only these)."""
-    return sorted(path for path in _files(root).values() if _not_regular(path) is None)
+    """Regular files under root with UTF-8 names, links never followed (the agent's tools read only these)."""
+    return sorted(path for name, path in _files(root).items() if _not_regular(path) is None and _utf8(name) == name)
+
+
+def _utf8(path: str) -> str:
+    """A path as UTF-8 text: bytes that are not UTF-8 (os.walk's surrogate escapes) become U+FFFD."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _files(root: Path) -> dict[str, Path]:

@@ -16,12 +16,14 @@ an issue text is a task. Nothing but repo/ (copied) is ever mounted where the ag
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harnessrl.envs.code.sandbox import WORKSPACE_MB
 from harnessrl.types import Task, first_error
 
 # paths that configure or hold tests: never taken from the agent's workspace into the scoring copy
@@ -40,7 +42,9 @@ class CodeTask(BaseModel):
 
     id: str = Field(description="stable task id")
     issue: str = Field(description="the issue text the agent is given")
-    test_command: list[str] = Field(default_factory=lambda: ["python", "-m", "pytest"], description="a pytest argv")
+    test_command: list[str] = Field(
+        default_factory=lambda: ["python", "-m", "pytest"], min_length=1, description="a pytest argv"
+    )
     visible_tests: list[str] = Field(default_factory=lambda: ["tests"], description="paths in repo/ the agent may run")
     target_tests: list[str] = Field(
         default_factory=list, description="hidden test function names the reward counts; empty: every hidden test"
@@ -70,6 +74,13 @@ def load_task(folder: Path) -> CodeTask:
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
+    if (size := _bytes(folder / "repo")) > WORKSPACE_MB * 1024**2:  # each episode copies it, its runs may add the cap
+        raise TaskFormatError(f"{folder / 'repo'}: {size} bytes, over the {WORKSPACE_MB} MiB a workspace may hold")
+    if conftest := sorted((folder / "hidden").rglob("conftest.py")):
+        raise TaskFormatError(
+            f"{conftest[0]}: scoring runs pytest with --noconftest (an agent's conftest.py would run first), so its"
+            " fixtures would never load: put them in the test files"
+        )
     tests = hidden_test_kinds(folder)
     if not tests:
         raise TaskFormatError(f"{folder / 'hidden'}: no test functions (test_*) in any .py file")
@@ -84,17 +95,21 @@ def load_task(folder: Path) -> CodeTask:
 
 
 def load_tasks(root: Path) -> list[tuple[CodeTask, Path]]:
-    """Every task folder directly under `root` (sorted by name)."""
+    """Every task folder directly under `root` (sorted by name); their ids are unique (episodes pair by id)."""
     folders = sorted(p for p in Path(root).iterdir() if (p / "task.json").is_file())
     if not folders:
         raise TaskFormatError(f"{root}: no task folders (each holds a task.json)")
-    return [(load_task(f), f) for f in folders]
+    loaded, seen = [(load_task(f), f) for f in folders], {}
+    for task, folder in loaded:
+        if (first := seen.setdefault(task.id, folder)) != folder:
+            raise TaskFormatError(f"{folder / 'task.json'}: id: {task.id!r} is also {first}'s: ids must be unique")
+    return loaded
 
 
 def hidden_test_names(folder: Path) -> set[str]:
     """The hidden tests' names as the report names them (`test_b` for `TestA::test_b`, parameters dropped):
-    `test*` functions, plain or async, at the top level of each .py file and in its `Test*` classes (nested
-    ones too), read without running anything."""
+    `test*` functions, plain or async, at the top level of each .py file, in its `Test*` classes (nested
+    ones too) and in its unittest.TestCase subclasses of any name, read without running anything."""
     return set(hidden_test_kinds(folder))
 
 
@@ -102,16 +117,45 @@ def hidden_test_kinds(folder: Path) -> dict[str, bool]:
     """`hidden_test_names`, each with whether it is an `async def` (True where any test of that name is)."""
     tests: dict[str, bool] = {}
     for path in (folder / "hidden").rglob("*.py"):
-        for name, coroutine in _tests(ast.parse(path.read_text(), filename=str(path)).body):
+        try:  # bytes: the file's own encoding declaration counts, as when pytest imports it
+            module = ast.parse(path.read_bytes(), filename=str(path))
+        except SyntaxError as exc:  # invalid UTF-8 too
+            raise TaskFormatError(f"{path}:{exc.lineno}: {exc.msg}") from None
+        except ValueError as exc:  # a null byte (before Python 3.12)
+            raise TaskFormatError(f"{path}: {exc}") from None
+        for name, coroutine in _tests(module.body):
             tests[name] = tests.get(name, False) or coroutine
     return tests
 
 
 def _tests(body: list[ast.stmt]) -> list[tuple[str, bool]]:
+    """What pytest collects from a module's or class's body: `test*` functions and the tests of its `Test*`
+    classes and unittest.TestCase subclasses (whatever their names), with those inherited from classes beside them."""
+    classes = {node.name: node for node in body if isinstance(node, ast.ClassDef)}
     found = []
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             found.append((node.name, isinstance(node, ast.AsyncFunctionDef)))
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            found += _tests(node.body)
+        elif isinstance(node, ast.ClassDef):
+            family = [node, *_bases(node, classes)]
+            names = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for c in family for b in c.bases]
+            if node.name.startswith("Test") or any(name.endswith("TestCase") for name in names):
+                found += [test for c in family for test in _tests(c.body)]
     return found
+
+
+def _bases(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
+    """The classes beside `node` it derives from, directly or not (a base imported from elsewhere is not read)."""
+    found: list[ast.ClassDef] = []
+    queue = [node]
+    while queue:
+        for base in queue.pop().bases:
+            if isinstance(base, ast.Name) and (local := classes.get(base.id)) not in (None, node, *found):
+                found.append(local)
+                queue.append(local)
+    return found
+
+
+def _bytes(folder: Path) -> int:
+    """The sizes of the files under `folder` (links never followed)."""
+    return sum(os.lstat(os.path.join(top, name)).st_size for top, _, names in os.walk(folder) for name in names)
