@@ -557,8 +557,8 @@ def sandbox(
     workspace_mb: int | None = typer.Option(
         None,
         min=1,
-        help="cap the workspace as the coding harness does (256): over it after the run, the files the "
-        "run wrote are removed, largest first, and disk_full is true; unset: unchecked (nothing removed)",
+        help="cap what a run adds to the workspace, as the coding harness does (256 MiB): past it, the files the "
+        "run wrote or changed are removed, largest first, and disk_full is true; unset: unchecked (nothing removed)",
     ),
 ) -> None:
     """Run one command exactly as the coding harness does: no network, writes only in WORKSPACE, limits, tree kill.
@@ -654,25 +654,31 @@ def registry_command(
         reg = Registry.create(folder, create) if create else Registry(folder)
         if model is not None:
             with reg.lock():
-                info = reg.add_model(model, seed)
-                if reg.promoted() is None:
-                    reg.promote(info.id, reason=f"first version, from {model}")
-            console.print(f"added {info.id} from {model}")
+                have = reg.versions()
+                version = next((v.id for v in have if v.source == model), None)
+                if create and have and version is None:
+                    raise RegistryError(f"{reg.root}: --create: the registry exists and holds {have[-1].id}; "
+                                        f"to add a version from {model}, drop --create")  # fmt: skip
+                if create and have:  # the command that started it, run again: nothing to add
+                    console.print(f"{reg.name} exists: {version} is from {model}; nothing added")
+                else:
+                    version = reg.add_model(model, seed).id
+                    console.print(f"added {version} from {model}")
+                if reg.promoted() is None:  # also a first run's, killed before it promoted
+                    reg.promote(version, reason=f"first version, from {model}")
     except (RegistryError, PolicyLoadError, OSError) as exc:
         _fail(str(exc))
     promoted = reg.promoted()
     table = Table(title=f"registry {reg.name} ({reg.root})")
     for column in ("version", "parent", "source / window", "reward", "eval cand/cur", "lower bound", "decision"):
         table.add_column(column)
+    # a cycle's line holds its final decision (version.json has the gate's: PROMOTED may have moved meanwhile)
+    logged = {e["version"]: e["decision"] for e in reg.events() if e["event"] == "cycle" and e.get("version")}
     for v in reg.versions():
-        d, f = v.decision, v.figures
+        d, f = logged.get(v.id, v.decision), v.figures
         window = Path(v.source).name if v.source else f"{f.get('counts', {}).get('labelled_used')} episodes"
-        failed = (
-            [r.removeprefix("canary ").removesuffix(" failed") if "canary" in r else "bound" for r in d["reasons"]]
-            if "reasons" in d
-            else []
-        )
-        verdict = "added" if d.get("added") else ("passed" if d.get("promote") else "refused: " + ", ".join(failed))
+        failed = ", ".join(_reason_label(r) for r in d.get("reasons", []))
+        verdict = "added" if d.get("added") else ("passed" if d.get("promote") else "refused: " + failed)
         table.add_row(
             ("* " if v.id == promoted else "  ") + v.id,
             v.parent or "",
@@ -684,6 +690,18 @@ def registry_command(
         )
     Console(width=160, markup=False).print(table)  # reasons in full: version.json, events.jsonl, report --registry
     print(json.dumps({"name": reg.name, "promoted": promoted, "versions": [v.id for v in reg.versions()]}))
+
+
+def _reason_label(reason: str) -> str:
+    """A cycle's reason in a word or two (cycle.py and gate.py write them); in full in version.json and events.jsonl."""
+    if reason.startswith("canary "):
+        return reason.removeprefix("canary ").removesuffix(" failed")
+    labels = {
+        "paired lower bound": "bound",
+        "the candidate finished": "min_finished",
+        "PROMOTED moved": "PROMOTED moved",
+    }
+    return next((label for start, label in labels.items() if reason.startswith(start)), reason)
 
 
 @app.command()
@@ -784,7 +802,10 @@ def _duration(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd])\s*", text)
     if match is None:
         raise typer.BadParameter(f"{text!r}: a number and a unit, e.g. 5h, 30m, 90s", param_hint="--every")
-    return float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    seconds = float(match[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+    if seconds <= 0:  # cycles back to back, each one's traffic a few seconds long
+        raise typer.BadParameter(f"{text!r}: a period longer than 0", param_hint="--every")
+    return seconds
 
 
 @app.command()

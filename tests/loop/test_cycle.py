@@ -140,12 +140,18 @@ def test_cycle_refuses_bad_configs_now_and_every_survives_a_failed_cycle(tmp_pat
         ("harness", f"{EXAMPLE / 'shop.py'}:no_such", "harness: "),
         ("benchmark", {**good["benchmark"], "score": "no_such_module:f"}, "benchmark.score: 'no_such_module:f'"),
         ("benchmark", {**good["benchmark"], "tasks": str(twice)}, "task ids used twice: ['"),
+        ("registry", str(tmp_path / "nope"), "registry: "),  # at load: under --every it would fail every period
+        ("registry", str(tmp_path / "damaged"), "damaged/registry.json: expected"),
     ]:
+        (tmp_path / "damaged").mkdir(exist_ok=True)
+        (tmp_path / "damaged" / "registry.json").write_text('{"name": ')  # a truncated write
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**good, field: value}))
         bad = cli("cycle", tmp_path / "bad.yaml", "--once")
         assert bad.exit_code == 2 and said in bad.output and "bad.yaml" in bad.output, bad.output
     refused = cli("cycle", config, "--every", "1h", "--candidate", tmp_path)
     assert refused.exit_code == 2 and "--candidate gates one folder once" in refused.output
+    back_to_back = cli("cycle", config, "--every", "0s")
+    assert back_to_back.exit_code == 2 and "'0s': a period longer than 0" in back_to_back.output
     looping = subprocess.Popen(
         [sys.executable, "-m", "harnessrl", "cycle", str(config), "--every", "1s"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harnessrl.loop.feedback import FeedbackMap, feedback_reward
@@ -93,3 +95,29 @@ def test_stale_samples_are_refused_or_kept_and_every_episode_is_counted(tmp_path
     assert sorted(e.reward.total for e in used) == [-1.0, 1.0] and counts["stale"] == 1
     assert used[0].calls[0].sampled_logprobs == [-1.0, -2.0]
     store.close()
+
+
+async def test_a_score_that_raises_or_is_no_number_in_0_1_names_benchmark_score_and_the_item():
+    from harnessrl.loop.gate import run_benchmark
+    from harnessrl.policy import Policy
+    from harnessrl.types import Task
+
+    async def harness(task, llm):  # answers without the model: only the score is under test
+        return Outcome(answer="sunny")
+
+    def broken(episode):
+        raise KeyError("city")
+
+    policy, items, config = Policy.load("tiny"), [Task(id="oslo", prompt="q")], GateConfig(repeats=1)
+    try:
+        assert (await run_benchmark(policy, harness, items, lambda e: 1, config)).scores == {"oslo": 1.0}
+        for score, said in [
+            (broken, "benchmark.score failed on item 'oslo': KeyError: 'city'"),
+            (lambda e: float("nan"), "benchmark.score returned nan for item 'oslo': expected a number in [0, 1]"),
+            (lambda e: 1.5, "benchmark.score returned 1.5 for item 'oslo'"),
+            (lambda e: "0.5", "benchmark.score returned '0.5' for item 'oslo'"),
+        ]:
+            with pytest.raises(ValueError, match=re.escape(said)):
+                await run_benchmark(policy, harness, items, score, config)
+    finally:
+        policy.close()

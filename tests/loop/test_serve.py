@@ -264,3 +264,78 @@ async def test_an_expiry_the_store_refused_is_written_on_a_later_round(tmp_path)
     assert app.state.store.get(episode_id) is None  # out of memory once written
     app.state.serving.policy.close()
     store.close()
+
+
+async def test_a_finish_after_the_store_ended_the_episode_is_refused_naming_it(tmp_path):
+    from harnessrl.gateway import GatewayClient, GatewayError, create_app
+    from harnessrl.policy import Policy
+
+    store = Store(tmp_path / "t.db")
+    app = create_app(Policy.load("tiny"), ADMIN, recorder=store)
+    gateway = GatewayClient(ADMIN, app=app)
+    late, deleted = [(await gateway.create_episode())[0] for _ in range(2)]
+    store.expire(0.0, app.state.serving.policy.name, now=time.time() + 1)  # a cycle's TTL, shorter than the server's
+    with pytest.raises(GatewayError, match=f"409 .*episode '{late}' already ended in the trace store") as refused:
+        await gateway.finish(late)
+    assert refused.value.status == 409 and store.get(late).failure_reason == EXPIRED  # counted expired: stays so
+    await gateway.delete(deleted)  # ended in the store already: deleted from memory, its end kept
+    assert store.get(deleted).failure_reason == EXPIRED
+    fresh, _ = await gateway.create_episode()
+    assert (await gateway.finish(fresh)).status == "finished" == store.get(fresh).status  # a running one, as before
+    await gateway.aclose()
+    app.state.serving.policy.close()
+    store.close()
+
+
+async def test_feedback_the_store_refuses_is_a_503_naming_it(tmp_path):
+    from harnessrl.gateway import GatewayClient, GatewayError, create_app
+    from harnessrl.policy import Policy
+
+    class Locked(Store):  # the real store, its database locked by another writer
+        def add_feedback(self, *args):
+            raise sa.exc.OperationalError("INSERT INTO feedback", {}, Exception("database is locked"))
+
+    store = Locked(tmp_path / "t.db")
+    app = create_app(Policy.load("tiny"), ADMIN, recorder=store)
+    gateway = GatewayClient(ADMIN, app=app)
+    episode_id, _ = await gateway.create_episode()
+    with pytest.raises(GatewayError, match="503 .*the feedback was not recorded.*store_unavailable") as refused:
+        await gateway.feedback(episode_id, "accepted")
+    assert refused.value.status == 503
+    await gateway.aclose()
+    app.state.serving.policy.close()
+    store.close()
+
+
+async def test_follow_never_swaps_in_a_version_rolled_back_while_it_loaded(tmp_path):
+    from harnessrl.gateway import create_app
+    from harnessrl.loop.serve import follow
+
+    registry = Registry.create(tmp_path / "registry", "weather")
+    for seed in (0, 1):
+        registry.add_model("tiny", seed)
+    registry.promote("v1", reason="start")
+    app = create_app(registry.load("v1"), ADMIN)
+    serving, swapped, closed = app.state.serving, [], []
+    swap, load = serving.swap, registry.load
+
+    def load_during_a_rollback(version, *args):
+        policy = load(version, *args)
+        registry.rollback()  # lands while v2 loads
+        policy.close = lambda close=policy.close: (closed.append(policy.version), close())
+        return policy
+
+    serving.swap = lambda policy: (swapped.append(policy.version), swap(policy))[1]
+    registry.load = load_during_a_rollback
+    registry.promote("v2", reason="x")
+    task = asyncio.create_task(follow(registry, "weather@v1", poll=0.01)(app))
+    try:
+        for _ in range(3000):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # polls after the rollback: PROMOTED names v1, which serves
+    finally:
+        task.cancel()
+    assert closed == [2] and swapped == [] and serving.policy.version == 1
+    serving.policy.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -76,11 +77,11 @@ def test_idle_sessions_expire_and_windows_select_by_creation_or_end(store_url):
     cut = time.time()
     time.sleep(0.05)
     new = _episode(store)
-    assert store.expire(ttl_seconds=3600) == [] and store.running("weather") == 2
+    assert store.expire(ttl_seconds=3600, model="weather") == [] and store.running("weather") == 2
     assert store.episodes(ended=True) == []  # running: in no window yet
     store.finish(old.model_copy(update={"status": "finished"}))  # created before the cut, ended after it
     assert [r.episode.id for r in store.episodes(since=cut, ended=True)] == [old.id] and store.running() == 1
-    assert store.expire(ttl_seconds=0.0, now=time.time() + 1) == [new.id]
+    assert store.expire(ttl_seconds=0.0, model="weather", now=time.time() + 1) == [new.id]
     (expired,) = [r.episode for r in store.episodes() if r.episode.id == new.id]
     assert expired.failure_reason == EXPIRED
     assert [r.episode.id for r in store.episodes(since=cut)] == [new.id]
@@ -89,11 +90,52 @@ def test_idle_sessions_expire_and_windows_select_by_creation_or_end(store_url):
     assert store.episodes(until=cut, ended=True) == []
     late = _episode(store)  # idle, expired long after its TTL ran out: it ended when the TTL did
     last = time.time()  # just after its last activity
-    assert store.expire(ttl_seconds=60.0, now=last + 3600) == [late.id]
+    assert store.expire(ttl_seconds=60.0, model="weather", now=last + 3600) == [late.id]
     assert [r.episode.id for r in store.episodes(since=last + 60.5, ended=True)] == []
     assert late.id in [r.episode.id for r in store.episodes(since=last - 1, until=last + 60.5, ended=True)]
     store.add_calls(old.id, [(5, _call(1), None)])  # a call that lands after the end does not move it
     assert old.id not in [r.episode.id for r in store.episodes(since=time.time() - 0.01, ended=True)]
+    store.close()
+
+
+def test_an_ended_episode_stays_ended_and_expiry_keeps_to_its_model(store_url):
+    store = Store(store_url)
+    episode, theirs = _episode(store), Episode(task=Task(prompt="q"))
+    store.add_episode(theirs, "billing", 1)  # another registry's session in the same store
+    assert store.expire(ttl_seconds=0.0, model="weather", now=time.time() + 1) == [episode.id]
+    assert store.get(theirs.id).status == "running"  # its own cycle expires it, with its own TTL
+    late = episode.model_copy(update={"status": "finished", "outcome": Outcome(answer="sunny")})
+    with pytest.raises(StoreError, match=f"episode '{episode.id}' already ended in the trace store: failed \\(expired"):
+        store.finish(late)  # counted as expired in a window already: never trained on as finished
+    assert store.get(episode.id).failure_reason == EXPIRED and store.get(episode.id).outcome is None
+    with pytest.raises(StoreError, match="no episode 'missing'"):
+        store.finish(late.model_copy(update={"id": "missing"}))
+    store.close()
+
+
+def test_identical_feedback_posted_at_once_is_one_row(store_url):
+    """Each post reads, then writes: two at once both found no row, and on PostgreSQL both inserted (a key error)."""
+    store = Store(store_url)
+    episode = _episode(store, calls=10)
+    errors = []
+
+    def post(index: int, ready: threading.Barrier) -> None:
+        ready.wait()
+        try:
+            store.add_feedback(episode.id, index, "accepted", None)
+        except Exception as exc:  # what the gateway would answer 500 for
+            errors.append(repr(exc))
+
+    for index in range(10):
+        ready = threading.Barrier(3)
+        posts = [threading.Thread(target=post, args=(index, ready)) for _ in range(3)]
+        for thread in posts:
+            thread.start()
+        for thread in posts:
+            thread.join()
+    assert errors == []
+    (row,) = store.episodes()
+    assert sorted(f.call_index for f in row.feedback) == list(range(10))
     store.close()
 
 

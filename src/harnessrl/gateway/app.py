@@ -107,13 +107,16 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # a JSON 413 (FastAPI's own is plain text)
     app.state.store, app.state.serving, app.state.frozen, app.state.recorder = store, serving, frozen, recorder
 
-    async def durably(write: Callable[[], object], what: str) -> None:
-        """Commit to the recorder (when there is one) before the response that acknowledges it. A refused write
-        is a 503 naming `what` was not recorded; the store's own message (its SQL among it) goes to the log."""
+    async def durably(write: Callable[[], object], what: str) -> object:
+        """Commit to the recorder (when there is one) before the response that acknowledges it; returns what the write
+        returned. A refused write is a 503 naming `what` was not recorded; the store's own message (its SQL among it)
+        goes to the log. A RecordError (the request itself refused) is the caller's to answer."""
         if recorder is None:
-            return
+            return None
         try:
-            await asyncio.to_thread(write)
+            return await asyncio.to_thread(write)
+        except RecordError:  # the request itself refused (an unknown call, an episode ended): no retry helps
+            raise
         except Exception as exc:  # the recorder's errors are its own (SQLAlchemy's, OSError, ...)
             log.error("the trace store refused to record %s: %s: %s", what, type(exc).__name__, exc)
             message = f"the trace store refused the write: {what} was not recorded; send it again"
@@ -236,7 +239,9 @@ def create_app(
         if recorder is None:
             raise APIError(409, "feedback needs a trace store: serve with --store or --registry", code="no_store")
         try:
-            index = await asyncio.to_thread(recorder.add_feedback, episode_id, body.call, body.signal, body.value)
+            index = await durably(
+                lambda: recorder.add_feedback(episode_id, body.call, body.signal, body.value), "the feedback"
+            )
         except RecordError as exc:  # unknown episode or call
             raise APIError(404, str(exc), param=exc.param, code="not_found") from None
         return {"episode": episode_id, "call": index, "signal": body.signal, "value": body.value}
@@ -248,7 +253,8 @@ def create_app(
         async with record.appending:  # ended first, so a call still generating answers 409 and is not recorded
             if record.episode.status == "running":  # a trace store keeps it: ended there, not running forever
                 deleted = record.episode.model_copy(update={"status": "failed", "failure_reason": DELETED})
-                await durably(lambda: recorder.finish(deleted), "the deletion")
+                with contextlib.suppress(RecordError):  # the store ended it first (a cycle expired it): that end stands
+                    await durably(lambda: recorder.finish(deleted), "the deletion")
                 record.episode = deleted
         store.forget(episode_id, "deleted")  # a late call with its key hears 409, not 401 "invalid API key"
         return {"id": episode_id, "deleted": True}
@@ -270,7 +276,11 @@ def create_app(
                 update = {"outcome": body.outcome, "status": body.status, "failure_reason": body.failure_reason}
                 finished = record.episode.model_copy(update={**update, "calls": list(record.episode.calls)})
                 line = await asyncio.to_thread(finished.model_dump_json)
-                await durably(lambda: recorder.finish(finished), "the finish")
+                try:
+                    await durably(lambda: recorder.finish(finished), "the finish")
+                except RecordError as exc:  # the store ended it first (a cycle expired it): that end stands
+                    store.forget(record.episode.id, "ended in the trace store")
+                    raise APIError(409, str(exc), param=exc.param, code="episode_finished") from None
                 record.episode, record.touched = finished, time.monotonic()
             finally:
                 record.finishing = False
@@ -685,6 +695,8 @@ async def _expire_sessions(store: EpisodeStore, recorder: Recorder | None, ttl: 
                 if episode_id in unrecorded:
                     try:
                         await asyncio.to_thread(recorder.finish, record.episode)
+                    except RecordError:  # the store ended it first (a cycle expired it): that end stands
+                        pass
                     except Exception as exc:  # the store down a moment: kept in memory, written next round
                         log.error("episode %s: could not record its expiry (%s: %s); trying again", episode_id,
                                   type(exc).__name__, exc)  # fmt: skip

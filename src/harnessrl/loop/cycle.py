@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from harnessrl.gateway.serving import EXPIRED
 from harnessrl.loop.feedback import FeedbackMap, feedback_reward
 from harnessrl.loop.gate import GateConfig, decide, run_benchmark
-from harnessrl.loop.registry import Registry, VersionInfo
+from harnessrl.loop.registry import Registry, RegistryError, VersionInfo
 from harnessrl.loop.store import Store
 from harnessrl.policy import Policy
 from harnessrl.policy.model import load_model_and_tokenizer
@@ -91,6 +91,10 @@ class LoopConfig(BaseModel):
         elif "://" not in config.store:
             config.store = str(base / config.store)
         config._base = base
+        try:  # a wrong folder fails now, not at every period of `--every`
+            Registry(config.registry)
+        except RegistryError as exc:
+            raise ValueError(f"{path}: registry: {exc}") from None
         try:  # what a cycle reads only once traffic is labelled: checked now, not days later
             items = read_jsonl(config.benchmark.tasks, Task)
         except (OSError, ValueError) as exc:  # ValueError: TraceLineError, naming the line
@@ -245,7 +249,7 @@ def collect(config: LoopConfig, store: Store, model: str, number: int, since: fl
 def _cycle(config, registry, store, current, number, candidate_folder, now) -> dict:
     # the window and its reward
     since, until = window_start(registry), now - config.feedback_wait
-    expired_now = len(store.expire(config.session_ttl, now))
+    expired_now = len(store.expire(config.session_ttl, registry.name, now))
     labelled, counts = collect(config, store, registry.name, number, since, until)
     counts["expired_this_cycle"] = expired_now
     rewards = [e.reward.total for e in labelled]

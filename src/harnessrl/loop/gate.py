@@ -16,6 +16,7 @@ score function. The gate promotes only when
 
 from __future__ import annotations
 
+import numbers
 import random
 import statistics
 from collections.abc import Callable
@@ -77,7 +78,7 @@ async def run_benchmark(
         await gateway.aclose()
     by_item: dict[str, list[float]] = {}
     for task, episode in zip(tasks, episodes):
-        by_item.setdefault(task.id, []).append(score(episode) if episode.status == "finished" else 0.0)
+        by_item.setdefault(task.id, []).append(_scored(score, task, episode) if episode.status == "finished" else 0.0)
     calls = [c for e in episodes for c in e.calls if c.trainable]
     return Side(
         scores={item: statistics.fmean(values) for item, values in by_item.items()},
@@ -87,6 +88,17 @@ async def run_benchmark(
         failed_share=sum(e.status != "finished" for e in episodes) / max(len(episodes), 1),
         episodes=list(episodes),
     )
+
+
+def _scored(score: Callable[[Episode], float], task: Task, episode: Episode) -> float:
+    """The user's score of a finished episode, checked: a failure names the function and the item, not a traceback."""
+    try:
+        value = score(episode)
+    except Exception as exc:  # the user's code
+        raise ValueError(f"benchmark.score failed on item {task.id!r}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(value, numbers.Real) or not 0 <= value <= 1:  # NaN and the infinities fail the range too
+        raise ValueError(f"benchmark.score returned {value!r} for item {task.id!r}: expected a number in [0, 1]")
+    return float(value)
 
 
 def paired_lower_bound(differences: list[float], confidence: float, resamples: int, seed: int = 0) -> float:

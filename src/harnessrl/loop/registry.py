@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harnessrl.train.checkpoint import fsync_tree, write_atomic
+from harnessrl.train.checkpoint import fsync_dir, fsync_tree, write_atomic
 
 if TYPE_CHECKING:
     from harnessrl.policy import Policy
@@ -62,7 +62,10 @@ class Registry:
         meta = self.root / "registry.json"
         if not meta.is_file():
             raise RegistryError(f"{self.root}: not a registry (no registry.json); create one with `harnessrl registry`")
-        self.name = json.loads(meta.read_text())["name"]
+        try:
+            self.name = json.loads(meta.read_text())["name"]
+        except (ValueError, KeyError, TypeError) as exc:  # not UTF-8 or JSON, or no "name": damaged
+            raise RegistryError(f'{meta}: expected {{"name": NAME}} ({type(exc).__name__}: {exc})') from None
 
     @classmethod
     def create(cls, root: Path, name: str) -> Registry:
@@ -163,7 +166,7 @@ class Registry:
         if final.exists():
             raise RegistryError(f"{final}: versions are immutable and this one exists")
         os.replace(staging, final)
-        _fsync(self.root / "versions")
+        fsync_dir(self.root / "versions")
         return info
 
     def add_model(self, model: str, seed: int = 0) -> VersionInfo:
@@ -185,23 +188,19 @@ class Registry:
         target = self.info(version).id
         before = self.promoted()
         write_atomic(self.root / "PROMOTED", target + "\n")
-        _fsync(self.root)
+        fsync_dir(self.root)
         self.log("promote", version=target, previous=before, reason=reason, **figures)
         return before
 
     def rollback(self) -> tuple[str, str]:
         """Back to the version promoted before the current one; returns (from, to)."""
         current = self.promoted()
-        stack = self.promotions()
-        if current in stack:  # past its last push: rollbacks killed after switching PROMOTED, before their log line
-            stack = stack[: len(stack) - stack[::-1].index(current)]
-        while stack and stack[-1] == current:
-            stack.pop()
+        stack = _walked_back(self.promotions(), current)
         if current is None or not stack:
             raise RegistryError(f"{self.root}: nothing to roll back to (promoted: {current})")
         target = stack[-1]
         write_atomic(self.root / "PROMOTED", target + "\n")
-        _fsync(self.root)
+        fsync_dir(self.root)
         self.log("rollback", version=target, previous=current)
         return current, target
 
@@ -213,8 +212,7 @@ class Registry:
             if e["event"] == "promote":
                 stack.append(e["version"])
             elif e["event"] == "rollback":
-                while stack and stack[-1] == e["previous"]:  # as rollback() walked back
-                    stack.pop()
+                stack = _walked_back(stack, e["previous"])  # as rollback() walked back
                 if not stack or stack[-1] != e["version"]:
                     stack.append(e["version"])
         return stack
@@ -235,10 +233,12 @@ class Registry:
         return [p.name for p in left]
 
 
-def _fsync(folder: Path) -> None:
-    """A rename is durable once its folder is synced."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _walked_back(stack: list[str], current: str | None) -> list[str]:
+    """The promotion stack below `current`: cut back to its last push first, for a `current` that is not on top (a
+    rollback killed after switching PROMOTED, before its line, then run again, walks on from there), then its
+    pushes in a row popped."""
+    if current in stack:
+        stack = stack[: len(stack) - stack[::-1].index(current)]
+    while stack and stack[-1] == current:
+        stack = stack[:-1]
+    return stack

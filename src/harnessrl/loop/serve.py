@@ -3,7 +3,8 @@
 `harnessrl serve --registry DIR` loads the promoted version and polls PROMOTED (`poll` seconds);
 when it names another version, that version is loaded in a worker thread and swapped in between two
 requests (gateway/serving.py): requests already running finish on the version they started on and
-record it; the next ones get the new version. One that fails to load is tried again every 30 s.
+record it; the next ones get the new version. PROMOTED is read again once it loaded: one rolled back
+meanwhile is never swapped in. One that fails to load is tried again every 30 s.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ def follow(
                 failed[target] = time.monotonic() + retry
                 log.error("PROMOTED names %s, which does not load (%s: %s); still serving %s, trying again in %.0f s",
                           target, type(exc).__name__, exc, current, retry)  # fmt: skip
+                continue
+            try:  # a promotion or rollback while it loaded: not swapped in, the next poll loads what PROMOTED names
+                moved = await asyncio.to_thread(registry.promoted) != target
+            except OSError:
+                moved = True
+            if moved:
+                policy.close()
                 continue
             serving.swap(policy)
             log.warning("now serving %s (was %s)", target, current)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from pydantic import ValidationError
+from sqlalchemy.dialects import postgresql, sqlite
 
 from harnessrl.gateway.serving import EXPIRED, RecordError
 from harnessrl.types import Call, Episode, Outcome, Task, first_error
@@ -64,6 +65,10 @@ traces_table = sa.Table(  # `harnessrl ingest`: imported production conversation
     sa.Column("trace", sa.Text, nullable=False),
     sa.Column("imported_at", sa.Float, nullable=False),
 )
+
+
+# INSERT ... ON CONFLICT DO UPDATE, spelt alike by both dialects
+_UPSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 class StoreError(RecordError):
@@ -158,11 +163,20 @@ class Store:
             db.execute(sa.update(episodes_table).where(running).values(updated_at=time.time()))  # an end stays put
 
     def finish(self, episode: Episode) -> None:
+        """End a running episode. One the store already ended (a cycle expired it, perhaps counted it in a window
+        already) stays as it is: a StoreError naming it and how it ended."""
         with self.engine.begin() as db:
-            db.execute(sa.update(episodes_table).where(episodes_table.c.id == episode.id).values(
+            running = (episodes_table.c.id == episode.id) & (episodes_table.c.status == "running")
+            done = db.execute(sa.update(episodes_table).where(running).values(
                 status=episode.status, failure_reason=episode.failure_reason, updated_at=time.time(),
                 outcome=episode.outcome.model_dump_json() if episode.outcome else None,
             ))  # fmt: skip
+            if done.rowcount == 0:  # ended already (or never stored): the end the store has stands
+                row = db.execute(sa.select(episodes_table).where(episodes_table.c.id == episode.id)).first()
+                if row is None:
+                    raise StoreError(f"no episode {episode.id!r} in the store", "id")
+                reason = f" ({row.failure_reason})" if row.failure_reason else ""
+                raise StoreError(f"episode {episode.id!r} already ended in the trace store: {row.status}{reason}", "id")
 
     def add_feedback(self, episode_id: str, call: int | str | None, signal: str, value: float | None) -> int:
         """Record a signal for (episode, call) — `call` an index, a chat completion id, or None for the
@@ -171,14 +185,22 @@ class Store:
             if db.execute(sa.select(episodes_table.c.id).where(episodes_table.c.id == episode_id)).first() is None:
                 raise StoreError(f"no episode {episode_id!r} in the store", "id")
             index = self._call_index(db, episode_id, call)
+            row = {"episode_id": episode_id, "call_index": index, "signal": signal, "value": value,
+                   "received_at": time.time()}  # fmt: skip
+            upsert = _UPSERTS.get(db.dialect.name)
+            if upsert is not None:  # one statement: two identical posts at once cannot both insert (a key error)
+                new, column = upsert(feedback_table).values(row), feedback_table.c
+                # the same signal again: no change (received_at included)
+                changed = (column.signal != new.excluded.signal) | column.value.is_distinct_from(new.excluded.value)
+                replace = {name: new.excluded[name] for name in ("signal", "value", "received_at")}
+                primary = [column.episode_id, column.call_index]
+                db.execute(new.on_conflict_do_update(index_elements=primary, set_=replace, where=changed))
+                return index
             key = (feedback_table.c.episode_id == episode_id) & (feedback_table.c.call_index == index)
             old = db.execute(sa.select(feedback_table.c.signal, feedback_table.c.value).where(key)).first()
-            if old is not None and (old.signal, old.value) == (signal, value):
-                return index
-            db.execute(sa.delete(feedback_table).where(key))
-            db.execute(sa.insert(feedback_table).values(
-                episode_id=episode_id, call_index=index, signal=signal, value=value, received_at=time.time()
-            ))  # fmt: skip
+            if old is None or (old.signal, old.value) != (signal, value):  # another database: in two statements
+                db.execute(sa.delete(feedback_table).where(key))
+                db.execute(sa.insert(feedback_table).values(row))
         return index
 
     @staticmethod
@@ -199,12 +221,13 @@ class Store:
             raise StoreError(f"call: episode {episode_id!r} has calls 0..{len(rows) - 1}, not {call}", "call")
         return call
 
-    def expire(self, ttl_seconds: float, now: float | None = None) -> list[str]:
-        """Running episodes idle for over `ttl_seconds` become failed with reason EXPIRED, ended when their
-        TTL ran out (last activity + TTL: the window they fall in does not depend on when this runs);
-        returns their ids."""
+    def expire(self, ttl_seconds: float, model: str, now: float | None = None) -> list[str]:
+        """Running episodes of `model` idle for over `ttl_seconds` become failed with reason EXPIRED, ended when
+        their TTL ran out (last activity + TTL: the window they fall in does not depend on when this runs);
+        returns their ids. Other models' sessions in a shared store keep their own TTL."""
         cutoff = (now or time.time()) - ttl_seconds
         stale = (episodes_table.c.status == "running") & (episodes_table.c.updated_at < cutoff)
+        stale &= episodes_table.c.model == model
         update = (
             sa.update(episodes_table)
             .where(stale)

@@ -75,7 +75,25 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def fsync_tree(folder: Path) -> None:
-    for file in folder.rglob("*"):
-        if file.is_file():
-            with open(file, "rb") as f:
+    """Every file and folder under `folder`, and `folder` itself, on disk before it is renamed into place: a folder's
+    entries are its own data, so a synced file in an unsynced folder can still be lost in a power cut."""
+    for path in [*folder.rglob("*"), folder]:
+        if path.is_file():
+            with open(path, "rb") as f:
                 os.fsync(f.fileno())
+        elif path.is_dir():
+            fsync_dir(path)
+
+
+def fsync_dir(folder: Path) -> None:
+    """A folder's entries (a rename into it, a new file) on disk; skipped where the OS opens or syncs no folders."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # Windows opens no folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse to sync a folder (EINVAL)
+        pass
+    finally:
+        os.close(fd)
