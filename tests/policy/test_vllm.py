@@ -73,3 +73,11 @@ def test_a_sync_is_verified_and_a_skipped_one_fails(policy):
     with pytest.raises(SyncError, match="probe logprobs differ"):
         policy.engine.verify()
     assert policy.version == 1
+
+
+def test_a_sync_of_the_weights_it_holds_goes_up_a_version(policy):
+    """A zero gradient (an all-tied batch without dynamic sampling) pushes the weights vLLM holds: not a SyncError."""
+    state = {k: v + 0.02 * torch.randn_like(v) for k, v in policy.model.state_dict().items()}
+    version = policy.update_weights(state)
+    assert policy.update_weights({k: v.clone() for k, v in state.items()}) == version + 1
+    assert policy.engine.verify() < 2e-2

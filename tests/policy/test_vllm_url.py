@@ -89,3 +89,35 @@ def test_a_url_that_is_no_vllm_model_list_is_refused_naming_it():
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     silent = cli("serve", "--model", "tiny", "--vllm-url", closed)
     assert silent.exit_code == 2 and f"vLLM server {closed}: no answer (ConnectError" in silent.output
+
+
+def test_requests_pin_every_sampling_field_the_trainer_does_not_score(tmp_path):
+    """vLLM fills an unset field from the model's generation_config.json (a top_k, a repetition_penalty): the
+    logprobs would be under a distribution the trainer never scores. Every request sets them to neutral values."""
+    from harnessrl.policy import SamplingParams
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Lists)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        policy = Policy.load("tiny", vllm_url=f"http://127.0.0.1:{server.server_port}", sync_dir=tmp_path)
+        body = policy.engine._body([1, 2, 3], SamplingParams(temperature=0.7, top_p=0.9), 1, 0)
+        policy.close()
+    finally:
+        server.shutdown()
+    assert (body["temperature"], body["top_p"]) == (0.7, 0.9)
+    neutral = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+    assert {k: body[k] for k in neutral} == neutral
+
+
+def test_a_sync_of_the_weights_already_served_is_told_apart():
+    """An all-tied batch (zero gradient) or a resume pushes the weights vLLM holds: no change to check for."""
+    from harnessrl.policy.tiny import build_tiny
+    from harnessrl.policy.vllm import _same_weights
+
+    model, _ = build_tiny(seed=0)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert _same_weights(model, state)
+    name = next(iter(state))
+    state[name].view(-1)[0] += 1e-6
+    assert not _same_weights(model, state)
+    assert not _same_weights(model, {name: state[name]})  # a partial state is not the same weights

@@ -72,3 +72,15 @@ def test_gates_then_caps_whatever_the_order_of_the_terms():
         assert scored.terms == {"judge": 0.0, "outcome": 0.0, "style": 0.0, "format": 0.0}, [t.name for t in terms]
     with pytest.raises(ValueError, match="caps form a cycle: a -> b -> a"):
         Reward([Term("a", lambda e: 0.0, cap="b"), Term("b", lambda e: 0.0, cap="a")])
+
+
+async def test_a_non_finite_term_is_a_failed_term_whatever_the_episodes_order():
+    """A NaN (or inf) would make every advantage of its group NaN: the term failed, as one that raises."""
+    reward = Reward([weighted("outcome", lambda e: float(e.outcome.success)),
+                     weighted("judge", lambda e: float(e.outcome.answer))])  # fmt: skip
+    for answers in (["nan", "1.0"], ["1.0", "nan"], ["inf", "1.0"]):
+        scored = await reward.score_group([_episode(a, True) for a in answers])
+        assert all(s.failure and s.failure.startswith("judge: returned") for s in scored), scored
+        assert all(s.total == 1.0 and s.values["judge"] == 0.0 for s in scored)
+    single = reward.score(_episode("nan", True))
+    assert single.failure.startswith("judge: returned nan") and single.total == 1.0

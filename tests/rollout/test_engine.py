@@ -13,8 +13,9 @@ from harnessrl.harness import Toolbox
 from harnessrl.policy import Policy
 from harnessrl.rewards import Reward, weighted
 from harnessrl.rollout import RolloutConfig, RolloutEngine
+from harnessrl.rollout.engine import _stale_episodes
 from harnessrl.train import TrainConfig, Trainer
-from harnessrl.types import Outcome, Task
+from harnessrl.types import Call, Episode, Outcome, Task
 
 ADMIN = "rollout-admin-key"
 
@@ -44,7 +45,7 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
         await asyncio.sleep(idle)
     messages = [{"role": "user", "content": task.prompt}]
     answer = ""
-    for _ in range(2):
+    for turn in range(2):
         r = await llm.chat.completions.create(model="tiny", messages=messages, tools=TOOLS.schemas, max_tokens=8)
         message = r.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
@@ -53,6 +54,8 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         answer = message.content or ""
         messages.append({"role": "user", "content": "go on"})
+        if turn == 0:  # a slow tool between the two calls: the episode spans updates
+            await asyncio.sleep(task.data.get("slow", 0))
     return Outcome(answer=answer)
 
 
@@ -185,10 +188,9 @@ def test_refill_samples_more_groups_while_too_few_are_informative(setup, tmp_pat
     trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), run_dir=tmp_path, policy=policy)
     config = RolloutConfig(group_size=2, groups_per_update=2, staleness=staleness, concurrency=8, refill_rounds=1)
     (refilled,) = asyncio.run(RolloutEngine(gateway, harness, reward, config).train(trainer, tasks, 1, progress=False))
-    # at most one informative group among any three taken (with staleness 1 groups arrive in the order they
-    # finish, and at most 2 are started ahead), so the refill always runs to its cap: 4 groups
-    dropped = refilled["rollout/groups_dropped_equal"]
-    assert refilled["rollout/groups"] == 4 and (dropped == 3 if staleness == 0 else dropped in (3, 4))
+    # groups are taken in the order they started (the tasks' order): t0, t1 tie, so a refill round takes t2 (tied) and
+    # t3 (informative) and stops at its cap: 4 groups
+    assert refilled["rollout/groups"] == 4 and refilled["rollout/groups_dropped_equal"] == 3
     config = config.model_copy(update={"refill_rounds": 0})
     (plain,) = asyncio.run(RolloutEngine(gateway, harness, reward, config).train(trainer, tasks, 1, progress=False))
     assert plain["rollout/groups"] == 2  # no refill: one round, however few are informative
@@ -217,3 +219,44 @@ def test_a_guided_group_trains_its_demonstration_beside_the_samples_and_it_never
     for m in history:  # the metrics are the sampled episodes'; every group trains its demonstration
         assert m["rollout/episodes"] == 8 and m["rollout/demonstrations"] == 2
         assert 0 < m["policy/guided_p"] < 1
+
+
+def test_a_slow_group_is_trained_on_not_overtaken_and_dropped_as_stale(setup):
+    """Groups are taken in the order they started: a slow one (a long tool call after its first model call) holds
+    its batch back instead of being overtaken by later groups for two updates and dropped as stale."""
+    policy, gateway, reward = setup
+    slow = Task(id="slow", prompt="Time in Oslo?", data={"slow": 4.0})
+    tasks = itertools.chain([slow], itertools.cycle([Task(id=f"t{i}", prompt=f"Time in city {i}?") for i in range(3)]))
+    config = RolloutConfig(group_size=2, groups_per_update=2, staleness=1, concurrency=8)
+    engine = RolloutEngine(gateway, harness, reward, config)
+    trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), policy=policy)
+    trained = []
+    asyncio.run(
+        engine.train(
+            trainer, tasks, 3, progress=False, on_update=lambda _, eps: trained.append({e.task.id for e in eps})
+        )
+    )
+    assert engine.counts["dropped_stale"] == 0 and "slow" in trained[0]
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_tasks_iterator_that_runs_out_says_so(setup, staleness):
+    policy, gateway, reward = setup
+    engine = RolloutEngine(
+        gateway, harness, reward, RolloutConfig(group_size=2, groups_per_update=2, staleness=staleness)
+    )
+    trainer = Trainer(policy.model, policy.tokenizer, TrainConfig(lr=1e-3), policy=policy)
+    with pytest.raises(RuntimeError, match=r"the tasks iterator is exhausted .*itertools.cycle"):
+        asyncio.run(engine.train(trainer, iter([Task(prompt="Time in Oslo?")] * 3), 2, progress=False))
+
+
+def test_a_stale_group_counts_its_sampled_episodes_not_its_demonstration():
+    def episode(version: int, demonstration: bool = False) -> Episode:
+        call = Call(prompt_ids=[1], completion_ids=[2], sampled_logprobs=[0.0], policy_version=version,
+                    demonstration=demonstration)  # fmt: skip
+        return Episode(calls=[call], status="finished")
+
+    group = [episode(0), episode(1), episode(0, demonstration=True)]
+    assert _stale_episodes(group, current=2, staleness=1) == 2  # the demonstration is no episode sampled in vain
+    assert _stale_episodes(group, current=1, staleness=1) == 0
+    assert _stale_episodes(group[2:] + [Episode(status="failed")], current=9, staleness=1) == 0  # nothing sampled

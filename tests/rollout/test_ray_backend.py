@@ -29,9 +29,13 @@ async def harness(task: Task, llm: openai.AsyncOpenAI) -> Outcome:
     marker = task.data.get("die_once")
     if marker and not Path(marker).exists():
         Path(marker).write_text(str(os.getpid()))
+        await asyncio.sleep(task.data.get("die_after", 0))  # the worker's other episodes run on meanwhile
         os._exit(1)  # the worker process dies mid-episode, after its first attempt began
     if task.data.get("hang"):
         await asyncio.sleep(60)
+    if task.data.get("no_outcome"):  # a harness that reports nothing: an empty Outcome, as in process
+        return None
+    await asyncio.sleep(task.data.get("idle", 0))
     messages = [{"role": "user", "content": task.prompt}]
     for _ in range(2):
         reply = await llm.chat.completions.create(model="tiny", messages=messages, max_tokens=6)
@@ -52,7 +56,7 @@ def served():
 async def _engine(base_url: str, **config) -> RolloutEngine:
     gateway = GatewayClient(ADMIN, base_url=base_url)
     reward = Reward([weighted("length", lambda e: len(e.outcome.answer or "") / 100)])
-    cfg = RolloutConfig(backend="ray", workers=2, worker_concurrency=4, group_size=4, **config)
+    cfg = RolloutConfig(**{"backend": "ray", "workers": 2, "worker_concurrency": 4, "group_size": 4} | config)
     return RolloutEngine(gateway, harness, reward, cfg)
 
 
@@ -97,6 +101,24 @@ async def test_a_dead_worker_is_retried_on_a_fresh_episode(served, tmp_path):
     for e in (engine, no_retry):
         e.close()
         await e.gateway.aclose()
+
+
+async def test_a_worker_that_dies_under_two_episodes_is_one_death(served, tmp_path):
+    engine = await _engine(served, workers=1, worker_retries=1)
+    dying = Task(prompt="x", data={"die_once": str(tmp_path / "died"), "die_after": 1.0})
+    episodes = await asyncio.gather(engine.episode(dying), engine.episode(Task(prompt="y", data={"idle": 3.0})))
+    assert [e.status for e in episodes] == ["finished"] * 2
+    assert engine.counts["worker_deaths"] == 1 and engine.counts["worker_retries"] == 2  # one worker, two episodes
+    engine.close()
+    await engine.gateway.aclose()
+
+
+async def test_a_harness_that_returns_no_outcome_finishes_as_in_process(served):
+    engine = await _engine(served)
+    episode = await engine.episode(Task(prompt="x", data={"no_outcome": True}))
+    assert episode.status == "finished" and episode.outcome is not None and episode.outcome.answer is None
+    engine.close()
+    await engine.gateway.aclose()
 
 
 def test_the_ray_backend_needs_an_http_gateway(served):

@@ -469,3 +469,63 @@ def test_forget_after_keeps_the_steps_up_to_a_checkpoint_and_no_empty_log(fresh_
     assert log.read_text() == '{"step": 1}\n'
     trainer.forget_after(0)  # killed before the first checkpoint: no log, which `report` reads as no update yet
     assert not log.exists()
+
+
+def test_a_group_with_a_non_finite_reward_is_left_out_whatever_its_order(fresh_policy):
+    """[nan, 1.0] and [1.0, nan] alike: a failed reward, not an informative or a tied group."""
+    groups = sampled_groups(fresh_policy, groups=3)
+    groups[0][0].reward.total = math.nan
+    groups[1][-1].reward.total = math.inf
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, policy=fresh_policy)
+    assert not trainer.informative(groups[0]) and not trainer.informative(groups[1])
+    metrics = trainer.rl_step(groups)
+    assert metrics["rollout/groups_dropped_reward_failed"] == 2 and metrics["rollout/sequences"] == 4
+    assert all(torch.isfinite(p).all() for p in fresh_policy.model.parameters())
+
+
+def test_an_update_whose_loss_is_not_finite_is_skipped_and_pushes_nothing(fresh_policy, tmp_path):
+    groups = sampled_groups(fresh_policy)
+    groups[0][0].calls[0].sampled_logprobs[0] = math.nan  # e.g. a sampler's NaN logprob: a NaN ratio, loss, gradient
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, run_dir=tmp_path, policy=fresh_policy)
+    before = {k: v.clone() for k, v in fresh_policy.model.state_dict().items()}
+    skipped = trainer.rl_step(groups)
+    assert skipped["perf/skipped_update"] == 1 and skipped["optim/nonfinite_steps"] == 1
+    assert trainer.step == 0 and fresh_policy.version == 0
+    assert all(torch.equal(v, before[k]) for k, v in fresh_policy.model.state_dict().items())
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    # one step of several: the others still train and push
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, TrainConfig(mini_batches=2), policy=fresh_policy)
+    partial_ = trainer.rl_step(groups)
+    assert partial_["optim/nonfinite_steps"] == 1 and partial_["optim/steps"] == 1 and fresh_policy.version == 1
+    assert all(torch.isfinite(p).all() for p in fresh_policy.model.parameters())
+
+
+def test_decoupled_kl_bias_correction_weights_the_kl_by_pi_over_the_behaviour_policy(fresh_policy):
+    """Decoupled mode's ratio is pi / pi_prox: the KL's correction also needs the (truncated) pi_prox / pi_behaviour."""
+    from harnessrl.train.losses import token_logprobs
+
+    groups = sampled_groups(fresh_policy)
+    config = TrainConfig(lr=3e-2, off_policy="decoupled", kl="k3", kl_coef=0.1, kl_bias_correction=True)
+    trainer = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    trainer.rl_step(groups)  # pi moves away from the reference (= the behaviour policy)
+    prox = copy.deepcopy(trainer.model)
+    metrics = trainer.rl_step(groups)  # on its first optimizer step pi = pi_prox
+    weighted, plain, count = 0.0, 0.0, 0
+    with torch.no_grad():
+        for e in (e for g in groups for e in g):
+            (seq,) = episode_sequences(e)
+            ids = torch.tensor([seq.ids])
+            logp = token_logprobs(prox(ids).logits, ids)[0][0]
+            ref = token_logprobs(trainer.reference(ids).logits, ids)[0][0]
+            k3 = torch.exp(ref - logp) + logp - ref - 1
+            weight = torch.exp(logp - torch.tensor(seq.sampled_logprobs[1:])).clamp(max=config.is_cap)
+            mask = torch.tensor(seq.loss_mask[1:], dtype=torch.bool)
+            weighted, plain = weighted + float((k3 * weight)[mask].sum()), plain + float(k3[mask].sum())
+            count += int(mask.sum())
+    assert metrics["policy/kl"] == pytest.approx(weighted / count, rel=1e-3)
+    assert abs(plain - weighted) / count > 1e-2 * metrics["policy/kl"]  # the test tells the two apart
+
+
+def test_kl_bias_correction_without_a_kl_is_refused_naming_both_keys():
+    with pytest.raises(ValueError, match="kl_bias_correction.*kl: none"):
+        TrainConfig(kl_bias_correction=True)

@@ -9,14 +9,16 @@ server must run with
 
 - generation: POST /v1/completions with the prompt as token ids, `return_token_ids`, `logprobs: 0`
   (the sampled token's logprob; `processed_logprobs` makes it the logprob under the temperature /
-  top-p distribution actually sampled from, which is what `Call.sampled_logprobs` means), our
-  end-of-turn ids as `stop_token_ids`, and `cache_salt: harnessrl-v{version}`, so prefix-cache
-  entries computed by older weights are never reused;
+  top-p distribution actually sampled from, which is what `Call.sampled_logprobs` means), neutral
+  values of every other sampling field (NEUTRAL: one left unset is taken from the model's
+  generation_config.json), our end-of-turn ids as `stop_token_ids`, and `cache_salt: harnessrl-v{version}`,
+  so prefix-cache entries computed by older weights are never reused;
 - weight sync (`update_weights`): the state dict is written as safetensors to `sync_dir/RUN/vN` (a
   folder the server sees; RUN is this engine's own, `run-HOST-PID-XXXXXXXX`, so runs sharing a `sync_dir` never
   load each other's weights, and a run's start removes the folders of this host's runs whose process is gone, untouched for an hour; the previous version's folder goes after each verified sync, RUN at `close`), POST /collective_rpc `reload_weights` from it, POST /reset_prefix_cache;
 - verification of every sync: the server's per-tensor weight checksums (POST /weight_checker) must
-  change when the weights changed (a sync that silently did not happen fails here), and the prompt
+  change when the weights changed (a sync that silently did not happen fails here; a push of the very weights
+  last synced, e.g. a zero gradient, reloads nothing and has no change to check), and the prompt
   logprobs of a fixed probe sequence from vLLM must match the trainer's weights computed here within
   `tolerance`. A failed check raises SyncError and the version does not go up.
 
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 
 VLLM_API = ">=0.11,<0.40"  # the vLLM versions whose HTTP API this module follows
 PROBE = list(range(5, 69))  # a fixed token sequence whose prompt logprobs check a sync
+# vLLM fills a sampling field a request leaves unset from the model's generation_config.json (--generation-config
+# auto, its default): a top_k or repetition_penalty there would sample from a distribution the trainer never scores
+NEUTRAL = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 DEAD_RUN_SECONDS = 3600  # a dead run's sync folder is removed once untouched this long
 
 
@@ -136,6 +141,7 @@ class VLLMEngine:
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
+            **NEUTRAL,
             "n": n,
             "logprobs": 0,
             "return_token_ids": True,
@@ -163,18 +169,23 @@ class VLLMEngine:
 
         with self._lock:
             started = time.perf_counter()
-            before = self.checksums()
-            with torch.no_grad():
-                self.model.load_state_dict(state_dict)
             version = max(self.version + 1, at_least)
-            folder = self.sync_dir / f"v{version}"
-            folder.mkdir(parents=True, exist_ok=True)
-            # cloned: tied embeddings share memory, which safetensors refuses to save
-            tensors = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
-            save_file(tensors, folder / "model.safetensors")
-            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
-            self._post("/reset_prefix_cache", None)
-            self.verify(before)
+            # the weights vLLM holds already (a zero gradient; a resume on the weights it was started on): nothing to
+            # reload and no change to check for, but the probe still checks them and the version goes up, as in process
+            if _same_weights(self.model, state_dict):
+                self.verify()
+            else:
+                before = self.checksums()
+                with torch.no_grad():
+                    self.model.load_state_dict(state_dict)
+                folder = self.sync_dir / f"v{version}"
+                folder.mkdir(parents=True, exist_ok=True)
+                # cloned: tied embeddings share memory, which safetensors refuses to save
+                tensors = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
+                save_file(tensors, folder / "model.safetensors")
+                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+                self._post("/reset_prefix_cache", None)
+                self.verify(before)
             shutil.rmtree(self.sync_dir / f"v{self.version}", ignore_errors=True)
             self.version = version
             self.sync_seconds.append(time.perf_counter() - started)
@@ -197,8 +208,8 @@ class VLLMEngine:
         return gap
 
     def probe_logprobs(self) -> list[float]:
-        body = {"model": self.served_name, "prompt": PROBE, "max_tokens": 1, "prompt_logprobs": 0,
-                "temperature": 1.0, "cache_salt": f"harnessrl-probe-{self.version}-{id(self)}"}  # fmt: skip
+        body = {"model": self.served_name, "prompt": PROBE, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0,
+                "top_p": 1.0, **NEUTRAL, "cache_salt": f"harnessrl-probe-{self.version}-{id(self)}"}  # fmt: skip
         choice = self._post("/v1/completions", body)["choices"][0]
         return [next(iter(entry.values()))["logprob"] for entry in choice["prompt_logprobs"][1:]]
 
@@ -212,6 +223,15 @@ class VLLMEngine:
     def close(self) -> None:
         self._http.close()
         shutil.rmtree(self.sync_dir, ignore_errors=True)  # the server keeps the weights it loaded
+
+
+def _same_weights(model, state_dict: dict[str, torch.Tensor]) -> bool:
+    """True when `state_dict` is exactly what `model` holds (the weights last synced and verified, or those the
+    server started on): one pass over memory, far cheaper than a reload."""
+    current = model.state_dict()
+    if current.keys() != state_dict.keys():
+        return False
+    return all(torch.equal(current[k], v.to(current[k])) for k, v in state_dict.items())  # as loading casts
 
 
 def _completion(choice: dict, version: int, params: SamplingParams) -> Completion:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,7 +21,8 @@ from harnessrl.types import Episode, RewardBreakdown
 
 
 class TermFailure(Exception):
-    """A term could not be computed (e.g. a judge timed out); the episode's group is excluded."""
+    """A term could not be computed (e.g. a judge timed out, or it returned NaN or inf); the episode's group is
+    excluded."""
 
 
 @dataclass
@@ -57,7 +59,7 @@ class Reward:
         failure = None
         for term in self.terms:
             try:
-                raw[term.name] = await _values(term, episodes, step)
+                raw[term.name] = _finite(await _values(term, episodes, step))
             except TermFailure as exc:
                 failure = f"{term.name}: {exc}"
                 raw[term.name] = [0.0] * len(episodes)
@@ -72,9 +74,13 @@ class Reward:
         """Score one episode with per-episode terms only (no group judges)."""
         if any(t.group or inspect.iscoroutinefunction(t.fn) for t in self.terms):
             raise ValueError("this reward has group or async terms: use `await reward.score_group(...)`")
-        breakdown = self._combine(
-            {t.name: float(t.fn(episode, step) if t.with_step else t.fn(episode)) for t in self.terms}, step, None
-        )
+        raw, failure = {}, None
+        for t in self.terms:
+            try:
+                raw[t.name] = _finite([float(t.fn(episode, step) if t.with_step else t.fn(episode))])[0]
+            except TermFailure as exc:
+                failure, raw[t.name] = f"{t.name}: {exc}", 0.0
+        breakdown = self._combine(raw, step, failure)
         episode.reward = breakdown
         return breakdown
 
@@ -118,6 +124,14 @@ async def _values(term: Term, episodes: list[Episode], step: int) -> list[float]
         calls = (term.fn(e, step) if term.with_step else term.fn(e) for e in episodes)
         return [float(v) for v in await asyncio.gather(*calls)]
     return [float(term.fn(e, step) if term.with_step else term.fn(e)) for e in episodes]
+
+
+def _finite(values: list[float]) -> list[float]:
+    """The values, or TermFailure: one NaN or inf would make every advantage of its group NaN (or order-dependent)."""
+    for v in values:
+        if not math.isfinite(v):
+            raise TermFailure(f"returned {v}, not a finite number")
+    return values
 
 
 def weighted(name: str, fn, weight: float | Schedule = 1.0, **kw) -> Term:

@@ -5,7 +5,8 @@ An episode is: create it on the gateway, run `harness(task, llm)` with `llm` bou
 timeout, finish it with the outcome or the failure's reason, read it back, delete it. A harness that
 raises or times out yields a failed episode scored `failure_reward` (a negative reward by default:
 filtering failures out would teach the model to fail on purpose). With staleness k > 0 rollouts go
-on while the trainer updates, and groups with a call older than k versions are dropped and counted.
+on while the trainer updates, at most k updates' worth of groups ahead, taken in the order they started,
+so each is trained on within k versions; a group with a call older than that is dropped and counted.
 With `backend: ray` the harness runs on Ray actors instead (rollout/ray_backend.py); everything
 else here is the same, and an episode whose worker died is retried on a fresh episode.
 """
@@ -106,7 +107,7 @@ class RolloutEngine:
         except WorkerSetupError:  # every episode would fail alike: stop, naming why
             raise
         except WorkerDied as exc:
-            self.counts["worker_deaths"] += 1
+            self.counts["worker_deaths"] = self._ray.deaths  # workers, not the episodes that saw one die
             if retry:  # this attempt's episode is deleted below: its partial calls are never trained on
                 return None
             return await self._finish(episode_id, task, failure_reason=str(exc))
@@ -196,29 +197,24 @@ class RolloutEngine:
         `batch_metrics(episodes, step)` adds the harness's own metrics of each batch (a swarm's).
         """
         cfg, history = self.config, []
-        queue: asyncio.Queue[list[Episode]] = asyncio.Queue()
-        # admission (as AReaL): at most k x groups_per_update groups started and not yet taken by the
-        # trainer, so every group is trained on within k versions of its start (none sampled in vain)
+        queue: asyncio.Queue[asyncio.Task] = asyncio.Queue()  # groups in the order they started
+        # admission (as AReaL): at most k x groups_per_update groups started and not yet taken by the trainer, and
+        # taken in the order they started, so a group waits behind at most k - 1 updates' worth of groups started
+        # before it and is trained on within k versions of its start (none sampled in vain). Taken as they finish,
+        # a slow group would be overtaken, go stale and be dropped: training would lean to short episodes.
         self._outstanding, self._taken = 0, asyncio.Event()
+        running: set[asyncio.Task] = set()
 
-        async def produce() -> None:
-            running: set[asyncio.Task] = set()
-            try:
-                while True:
-                    while self._outstanding < cfg.staleness * cfg.groups_per_update:
-                        running.add(asyncio.create_task(self.group(next(tasks), trainer.step)))
-                        self._outstanding += 1
-                    self._taken.clear()
-                    taken = asyncio.ensure_future(self._taken.wait())
-                    done, _ = await asyncio.wait(running | {taken}, return_when=asyncio.FIRST_COMPLETED)
-                    taken.cancel()
-                    for finished in done - {taken}:
-                        running.discard(finished)
-                        queue.put_nowait(finished.result())
-            finally:  # stopping: abandon groups in flight (their episodes are still deleted)
-                for task in running:
-                    task.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
+        async def produce() -> None:  # ends only by failing (the tasks ran out): the groups it started run on
+            while True:
+                while self._outstanding < cfg.staleness * cfg.groups_per_update:
+                    group = asyncio.create_task(self.group(_next(tasks), trainer.step))
+                    running.add(group)
+                    group.add_done_callback(running.discard)
+                    queue.put_nowait(group)
+                    self._outstanding += 1
+                self._taken.clear()
+                await self._taken.wait()
 
         producer = asyncio.create_task(produce()) if cfg.staleness > 0 else None
         bar = Progress(
@@ -253,6 +249,9 @@ class RolloutEngine:
                 if producer is not None:
                     producer.cancel()
                     await asyncio.gather(producer, return_exceptions=True)
+                for group in list(running):  # stopping: abandon groups in flight (their episodes are still deleted)
+                    group.cancel()
+                await asyncio.gather(*running, return_exceptions=True)
         return history
 
     async def _batch(
@@ -267,25 +266,44 @@ class RolloutEngine:
             return len(batch) < cfg.groups_per_update or sum(map(trainer.informative, batch)) < cfg.groups_per_update
 
         while producer is None and short():  # synchronous: collect a round, then train
-            batch += await _all(self.group(next(tasks), trainer.step) for _ in range(cfg.groups_per_update))
+            drawn = [_next(tasks) for _ in range(cfg.groups_per_update)]  # all first: none starts if they ran out
+            batch += await _all(self.group(task, trainer.step) for task in drawn)
         while producer is not None and short():
             getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait([getter, producer], return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():  # the producer died (tasks ran out, gateway error): say why
-                getter.cancel()
-                producer.result()
-                raise RuntimeError("the rollout producer stopped")
-            group = getter.result()
+            if queue.empty():  # every group started is taken: wait for the next, or for the producer's failure
+                await asyncio.wait([getter, producer], return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():  # the tasks ran out: say so
+                    getter.cancel()
+                    producer.result()
+                    raise RuntimeError("the rollout producer stopped")
+            group = await (await getter)  # the oldest group started; its failure (a gateway error) ends training
             self._outstanding -= 1
             self._taken.set()
-            # frozen models never age; a demonstration was never sampled
-            versions = [c.policy_version for e in group for c in e.calls if c.trainable and not c.demonstration]
             current = trainer.policy.version if trainer.policy is not None else 0
-            if versions and min(versions) < current - cfg.staleness:
-                self.counts["dropped_stale"] += len(group)
+            if stale := _stale_episodes(group, current, cfg.staleness):
+                self.counts["dropped_stale"] += stale
                 continue
             batch.append(group)
         return batch
+
+
+def _next(tasks: Iterator[Task]) -> Task:
+    """The next task; an iterator that ends is named (a StopIteration inside a coroutine is an unreadable error)."""
+    try:
+        return next(tasks)
+    except StopIteration:
+        raise RuntimeError(
+            "the tasks iterator is exhausted before the last update: pass one that never ends (itertools.cycle(tasks))"
+        ) from None
+
+
+def _stale_episodes(group: list[Episode], current: int, staleness: int) -> int:
+    """The sampled episodes of a group with a call older than `staleness` versions (0: the group is fresh). Frozen
+    models never age; a demonstration was never sampled: neither its age nor itself counts."""
+    versions = [c.policy_version for e in group for c in e.calls if c.trainable and not c.demonstration]
+    if not versions or min(versions) >= current - staleness:
+        return 0
+    return sum(not e.demonstrated for e in group)
 
 
 async def _all(coroutines) -> list:

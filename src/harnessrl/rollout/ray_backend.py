@@ -48,7 +48,7 @@ def _worker_class():
 
             llm = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url, http_client=self.http, max_retries=0)
             outcome = await self.harness(Task.model_validate_json(task), llm)
-            return outcome.model_dump_json()
+            return (outcome or Outcome()).model_dump_json()  # None: no outcome, as in process (GatewayClient.finish)
 
         def pid(self) -> int:
             import os
@@ -88,6 +88,7 @@ class RayRunner:
         )
         self.workers = [self._make() for _ in range(workers)]
         self.load = [0] * workers
+        self.deaths = 0  # workers replaced (each death is seen by every episode it ran)
 
     async def __call__(self, task: Task, api_key: str) -> Outcome:
         slot = min(range(len(self.workers)), key=self.load.__getitem__)
@@ -106,6 +107,7 @@ class RayRunner:
                 raise WorkerSetupError(f"rollout worker {slot} could not start: {str(exc)[:600]}") from None
             if self.workers[slot] is worker:  # the first episode to notice replaces the worker
                 self.workers[slot], self.load[slot] = self._make(), 0
+                self.deaths += 1
                 with contextlib.suppress(Exception):  # unavailable, not dead: it must not run on unseen
                     self._ray.kill(worker, no_restart=True)
             raise WorkerDied(f"rollout worker {slot} died: {type(exc).__name__}: {str(exc)[:300]}") from None

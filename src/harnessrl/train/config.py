@@ -69,7 +69,8 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(default=0.0, ge=0, description="weight of the KL term")
     kl_bias_correction: bool = Field(
         default=False,
-        description="multiply the per-token KL by the importance ratio (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
+        description="multiply the per-token KL by the importance ratio pi / pi_behaviour (decoupled: pi / pi_prox x the "
+        "truncated IS weight); needs kl (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
     )
     entropy_coef: float = Field(
         default=0.0,
@@ -147,6 +148,8 @@ class TrainConfig(BaseModel):
     def _kl_needs_both(self) -> TrainConfig:
         if (self.kl == "none") != (self.kl_coef == 0):
             raise ValueError("kl and kl_coef go together: set both (e.g. kl: k3, kl_coef: 0.01) or neither")
+        if self.kl_bias_correction and self.kl == "none":  # it weights a KL term: without one it would do nothing
+            raise ValueError("kl_bias_correction weights the KL term, but kl: none: set kl and kl_coef, or drop it")
         return self
 
 

@@ -99,7 +99,7 @@ class Trainer:
         all_sequences, dropped, failed, small_roles = [], 0, 0, 0
         for group in groups:
             scores = [_reward(e) for e in group]
-            if any(e.reward.failure for e in group):  # a judge failed: no score, not a zero
+            if _reward_failed(group):  # a judge failed, a term gave NaN: no score, not a zero
                 failed += 1
                 continue
             if not self.informative(group):
@@ -141,7 +141,7 @@ class Trainer:
     def informative(self, group: list[Episode]) -> bool:
         """False for a group the update drops: a judge failed, or dynamic sampling finds it all tied (by
         `filter_groups_by`). The rollout engine refills a batch's dropped groups (`refill_rounds`)."""
-        if any(e.reward.failure for e in group):
+        if _reward_failed(group):
             return False
         return not (self.config.dynamic_sampling and is_degenerate(_filter_values(group, self.config.filter_groups_by)))
 
@@ -184,6 +184,13 @@ class Trainer:
         stats, grad_norms = _Stats(), []
         for n, part in enumerate(prepared):  # the train/sample gap and staleness: on the first step, before any change
             grad_norms.append(self._descend(*part, rl=rl, stats=stats, version=version if n == 0 else -1))
+        taken = [g for g in grad_norms if not math.isnan(g)]  # NaN: a step skipped, its loss or gradient not finite
+        if nonfinite := len(grad_norms) - len(taken):
+            metrics["optim/nonfinite_steps"] = nonfinite
+        if not taken:  # the weights, the schedule and the policy stay as they were
+            metrics.update({"step": self.step, "policy_version": version, "perf/skipped_update": 1})
+            self.log(metrics)
+            return metrics
         lr = self.optimizer.param_groups[0]["lr"]  # the rate this update trained at (the scheduler then sets the next)
         self.scheduler.step()
         self.step += 1
@@ -197,8 +204,8 @@ class Trainer:
             "step": self.step,
             "policy_version": new_version,
             "perf/bf16": int(self.precision == "bf16"),
-            "optim/grad_norm": sum(grad_norms) / len(grad_norms),
-            "optim/steps": len(prepared),
+            "optim/grad_norm": sum(taken) / len(taken),
+            "optim/steps": len(taken),
             "optim/lr": lr,
             "perf/step_seconds": seconds,
             "perf/tokens": sum(len(s) for s in sequences),
@@ -221,9 +228,11 @@ class Trainer:
         return micro, prox, ref, len(sequences), num_tokens
 
     def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
-        """One optimizer step: the loss accumulated over micro-batches with step-wide normalisers; the grad norm."""
+        """One optimizer step: the loss accumulated over micro-batches with step-wide normalisers; the grad norm,
+        NaN when the loss or the gradient was not finite and the step was skipped."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
         for i, mb in enumerate(micro):
             bonus = cfg.entropy_coef if rl else 0.0
             with self._autocast():  # RL scores the distribution each token was sampled from; SFT the model's own
@@ -253,8 +262,10 @@ class Trainer:
                     per_token, mask = torch.where(guided > 0, shaped, per_token), mask + guided
                     stats.track("policy/guided_p", logp.detach().exp(), guided)
                 kl = None
-                if ref is not None:  # importance-weighted when asked: the tokens are the behaviour policy's samples
-                    kl = losses.kl_penalty(logp, ref[i], cfg.kl, ratio if cfg.kl_bias_correction else None)
+                if ref is not None:  # importance-weighted when asked: the tokens are the behaviour policy's samples, so
+                    # the weight is pi / pi_behaviour; decoupled, pi / pi_prox times the truncated pi_prox / pi_behaviour
+                    correction = ratio if weight is None else ratio * weight
+                    kl = losses.kl_penalty(logp, ref[i], cfg.kl, correction if cfg.kl_bias_correction else None)
                 if kl is not None:
                     per_token = per_token + cfg.kl_coef * kl
                 if bonus:
@@ -264,11 +275,15 @@ class Trainer:
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )
             loss.backward()
+            total += float(loss.detach())
             sampled = mb.mask * mb.sampled if rl else mask  # statistics of sampled tokens: a demonstration has no ratio
             stats.add(loss, logp, entropy.detach(), mb, sampled, ratio, weight, kl, version if rl else -1, cfg)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf))
+        if not (math.isfinite(total) and math.isfinite(grad_norm)):  # one NaN would make every weight (and moment) NaN
+            self.optimizer.zero_grad(set_to_none=True)
+            return math.nan
         self.optimizer.step()
-        return float(grad_norm)
+        return grad_norm
 
     @torch.no_grad()
     def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
@@ -471,6 +486,12 @@ def _reward(episode: Episode) -> float:
     if episode.reward is None:
         raise ValueError(f"episode {episode.id} has no reward: score it before training")
     return episode.reward.total
+
+
+def _reward_failed(group: list[Episode]) -> bool:
+    """A term failed, or a total is NaN or inf (a breakdown not built by `Reward`): one would make every advantage of
+    the group NaN, and whether the group looks tied would depend on the episodes' order."""
+    return any(not math.isfinite(_reward(e)) or e.reward.failure for e in group)
 
 
 def _filter_values(group: list[Episode], by: str) -> list[float]:
