@@ -8,10 +8,13 @@ import pytest
 from harnessrl.calltree import critical_steps
 from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward, wide_tasks
+from harnessrl.envs.wide.harness import search_subagent
 from harnessrl.envs.wide.reward import malformed_orchestrator_calls
 from harnessrl.envs.wide.tasks import set_aside, shape
+from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.types import Call, Episode, Outcome, Task
+from tests.harness.scripted_swarm import run_scripted
 
 
 def test_every_question_lands_in_one_wide_task_of_its_split():
@@ -126,3 +129,12 @@ async def test_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gatew
     serial = await RolloutEngine(swarm_gateway, SerialSearch(searcher, model="sub"), reward).episode(task)
     assert serial.status == "finished" and len(serial.outcome.info["answers"]) == 4
     assert critical_steps(serial.calls) == len(serial.calls) >= 4
+
+
+async def test_a_search_sub_agent_stops_at_its_runs_step_limit(swarm_gateway, wide):
+    """The swarm's Assignment.max_steps (here 1, of the searcher's 3 turns) is the search loop's turn limit: a run
+    that has not answered ends with no output, not with a StepLimitError from a second call it was never to make."""
+    searcher, task = wide
+    limits = SwarmLimits(max_subagent_steps=1)
+    _, swarm, _ = await run_scripted(swarm_gateway, task.data["questions"][:2], search_subagent(searcher), limits)
+    assert [(r.steps, r.error) for r in swarm.runs] == [(1, None), (1, None)]

@@ -40,9 +40,11 @@ async def run_scripted(
     subagent=worker,
     limits: SwarmLimits | None = None,
     model: str = "sub",
+    failure: str | None = None,
 ):
     """One episode: create a sub-agent, assign `tasks` tasks at once (if any; a number: "item 0", "item 1", ...),
-    answer. Returns (episode, swarm, the orchestrator's messages)."""
+    answer (or, given a `failure`, end failed as the rollout engine ends a timed-out episode, without an outcome).
+    Returns (episode, swarm, the orchestrator's messages)."""
     texts = [f"item {i}" for i in range(tasks)] if isinstance(tasks, int) else tasks
     episode_id, key = await gateway.create_episode(Task(prompt="find things"))
     llm = gateway.openai(key)
@@ -55,5 +57,6 @@ async def run_scripted(
         response = await demonstrate(llm, messages, swarm.schemas, tool_calls)
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         messages += await swarm.execute(response)
-    episode = await gateway.finish(episode_id, Outcome(answer="done", info={"swarm": swarm.summary()}))
+    outcome = None if failure else Outcome(answer="done", info={"swarm": swarm.summary()})
+    episode = await gateway.finish(episode_id, outcome, failure)
     return episode, swarm, messages

@@ -4,6 +4,7 @@ failures, timeouts and step limits come back as observations; limits and budgets
 import asyncio
 import json
 
+import openai
 import pytest
 
 from harnessrl.calltree import critical_steps
@@ -57,9 +58,13 @@ async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gat
         await worker(assignment, llm)
         return None
 
+    async def own_timeout(assignment, llm):  # its own TimeoutError (the builtin, as asyncio's) is not the swarm's
+        raise TimeoutError("search backend slow")
+
     for subagent, expected in [
         (crash, "did not finish: ValueError: tool exploded"),
         (slow, "did not finish: timed out after 0.3 s"),
+        (own_timeout, "did not finish: TimeoutError: search backend slow"),
         (chatterbox, "did not finish: StepLimitError: step limit: 2 model calls per sub-agent run"),
         (silent, "gave no output in 1 steps"),
     ]:
@@ -112,6 +117,47 @@ async def test_limits_and_budgets(swarm_gateway):
                    "error: the critical-step budget (6) leaves sub-agents no step"]  # fmt: skip
     assert len(swarm.runs) == 2
     assert swarm.exhausted == "orchestrator step limit (5)"
+
+
+async def test_max_parallel_holds_across_the_tool_calls_of_a_reply(swarm_gateway):
+    """Three assign_task calls and an assign_tasks of two in one reply: five runs, two at a time; the rest wait."""
+    active, peak = 0, 0
+
+    async def counted(assignment, llm):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        try:
+            await asyncio.sleep(0.2)  # long enough that every run not held back has started
+            return await worker(assignment, llm)
+        finally:
+            active -= 1
+
+    _, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
+    swarm = Swarm(llm, counted, model="sub", limits=SwarmLimits(max_parallel=2))
+    messages = [{"role": "user", "content": "go"}]
+    both = [{"agent": "a", "task": "y"}, {"agent": "a", "task": "z"}]
+    reply = [call("create_subagent", name="a", instructions="i"), *(call("assign_task", agent="a", task=t) for t in "uvw"),
+             call("assign_tasks", assignments=both)]  # fmt: skip
+    outputs = await swarm.execute(await demonstrate(llm, messages, swarm.schemas, reply))
+    assert peak == 2 and not any(m["content"].startswith("error") for m in outputs)
+    assert [r.finished for r in swarm.runs] == [True] * 5
+
+
+async def test_a_call_that_did_not_return_is_not_a_step(swarm_gateway):
+    """A call the gateway refused (400) is not in the call tree: counted, it put the live critical steps past the
+    record's and spent the budget on nothing."""
+
+    async def one_refused(assignment, llm):
+        answer = await worker(assignment, llm)
+        with pytest.raises(openai.BadRequestError):
+            await llm.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=-1)
+        return answer
+
+    episode, swarm, _ = await run_scripted(swarm_gateway, tasks=2, subagent=one_refused)
+    assert [r.steps for r in swarm.runs] == [1, 1] and all(r.finished for r in swarm.runs)
+    assert swarm.critical_steps == critical_steps(episode.calls) == 3 + 1
 
 
 async def test_the_critical_budget_cuts_the_runs_of_the_reply_that_would_pass_it(swarm_gateway):

@@ -166,3 +166,35 @@ def test_rl_questions_are_never_demonstrated_validated_or_tested():
     config.swarm.rl_questions = 0.0
     again = wide_splits(items, config)
     assert again[2] is again[1] and again[0] == validation and again[3] == test  # RL on the demonstrated tasks
+
+
+def test_width_past_max_parallel_is_refused_only_where_one_assign_tasks_call_holds_it():
+    each = JobConfig.model_validate({"swarm": {"width": 20, "assign": "each"}})  # runs past 16 wait for a slot
+    assert each.swarm.width == 20
+    with pytest.raises(ValidationError, match=r"width 40: over limits.max_assignments \(32\)"):
+        JobConfig.model_validate({"swarm": {"width": 40, "assign": "each"}})
+
+
+def test_every_phase_gets_the_episode_timeout_rl_gets(tmp_path):
+    """RL took max(rl.rollout.episode_timeout, the limits' share) and validation the limits' share alone; now one
+    helper: the rollout's allowance for the orchestrator's own replies plus each step's tool calls at their longest
+    (with max_parallel 2 of 8 assignments, a reply's runs go in 4 rounds)."""
+    limits = {"max_parallel": 2, "max_assignments": 8, "subagent_timeout": 10, "max_orchestrator_steps": 3}
+    config = JobConfig.model_validate(
+        {"swarm": {"width": 2, "limits": limits}, "rl": {"rollout": {"episode_timeout": 500}}}
+    )
+    assert config.swarm.limits.tool_seconds() == 4 * 10 + 30
+    assert _SwarmJob(config, tmp_path, False, "sub")._episode_seconds() == 500 + 3 * (4 * 10 + 30)
+
+
+def test_validation_tasks_cut_by_the_quarter_cap_are_said(caplog):
+    from harnessrl.envs.search import synthetic
+    from harnessrl.job.swarm import wide_splits
+
+    _, items = synthetic(0, people=40)  # 28 train questions: a quarter holds no task of 8
+    validation, *_ = wide_splits(items, JobConfig.model_validate({"swarm": {}, "rl": {"validation_tasks": 2}}))
+    assert validation == []
+    assert (
+        "rl.validation_tasks: 2 asked, 0 set aside (a quarter of the 28 train questions, 8 a task): no validation"
+        in caplog.text
+    )

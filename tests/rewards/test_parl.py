@@ -68,3 +68,19 @@ async def test_spawn_farming_trips_when_unfinished_sub_agents_rise(swarm_gateway
     assert not any(a["alarm/serial_collapse"] for a in fired)
     healthy = await _updates(swarm_gateway, [3] * 6, worker)
     assert not any(any(a.values()) for a in healthy)
+
+
+async def test_a_failed_episode_counts_the_sub_agents_its_call_tree_shows(swarm_gateway):
+    """A timed-out episode has no outcome, so no swarm summary: counted as nothing it read as 'did not delegate'
+    (spawn rate halved, a serial collapse faked) and its runs vanished from the unfinished ones."""
+    limits = SwarmLimits(max_subagent_steps=1)
+    finished, _, _ = await run_scripted(swarm_gateway, 2, worker, limits)
+    failed, _, _ = await run_scripted(swarm_gateway, 3, worker, limits, failure="timeout after 120.0 s")
+    assert failed.status == "failed" and not failed.outcome.info  # what the engine's failed episodes look like
+    metrics = swarm_metrics([finished, failed])
+    assert metrics["swarm/spawn_rate"] == 1.0 and metrics["swarm/assigned"] == (2 + 3) / 2
+    assert metrics["swarm/unfinished"] == 3 / 2  # the failed episode's runs: their outputs went down with it
+    assert metrics["swarm/finish_rate"] == 2 / 5 and metrics["swarm/failed_rate"] == 0.5
+    alarms = SwarmAlarms()  # an update that delegated, then three whose episodes delegated and timed out
+    fired = [alarms.update(swarm_metrics(batch))["alarm/serial_collapse"] for batch in [[finished]] + [[failed]] * 3]
+    assert fired == [0, 0, 0, 0]

@@ -3,10 +3,10 @@
 The orchestrator is ordinary agent code with three more tools (Kimi K2.5's Agent Swarm):
 `create_subagent(name, instructions)`, `assign_task(agent, task)` and `assign_tasks(assignments)`
 (several at once). Every assignment is one sub-agent conversation, run by the harness author's
-`SubAgent` function on a frozen model; the tool calls of one orchestrator reply run concurrently,
-and only each sub-agent's final output returns, as the tool result. A sub-agent that raises, times
-out or runs out of steps comes back as an error observation and counts as unfinished; it never
-fails the episode.
+`SubAgent` function on a frozen model; the tool calls of one orchestrator reply run concurrently
+(`max_parallel` runs at once, the rest wait for a slot), and only each sub-agent's final output
+returns, as the tool result. A sub-agent that raises, times out or runs out of steps comes back as
+an error observation and counts as unfinished; it never fails the episode.
 
     swarm = Swarm(llm, run_subagent, model="searcher")
     response = await llm.chat.completions.create(..., tools=swarm.schemas + mine.schemas)
@@ -45,11 +45,18 @@ class SwarmLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_subagents: int = Field(default=8, ge=1, description="sub-agents create_subagent may define")
     max_assignments: int = Field(default=16, ge=1, description="sub-agent runs per episode")
-    max_parallel: int = Field(default=8, ge=1, description="assignments in one assign_tasks call")
+    max_parallel: int = Field(
+        default=8, ge=1, description="sub-agent runs of an episode at once (more wait); assignments per assign_tasks"
+    )
     max_subagent_steps: int = Field(default=6, ge=1, description="model calls per sub-agent run")
     max_orchestrator_steps: int = Field(default=8, ge=1, description="orchestrator replies per episode")
     max_critical_steps: int | None = Field(default=None, ge=1, description="budget in critical steps; None: none")
     subagent_timeout: float = Field(default=120.0, gt=0, description="seconds per sub-agent run")
+
+    def tool_seconds(self) -> float:
+        """The longest one swarm tool call may take: a reply's runs (max_assignments at most) go in rounds of
+        max_parallel, each up to subagent_timeout, and 30 s more for the rest (the tool's own timeout)."""
+        return -(-self.max_assignments // self.max_parallel) * self.subagent_timeout + 30
 
 
 @dataclass
@@ -103,19 +110,26 @@ class StepLimitError(RuntimeError):
 
 class BoundLLM:
     """An llm whose `chat.completions.create(**kw)` goes to `model` with `metadata` merged in (the agent
-    code may name any model); counts its calls and refuses more than `max_calls`."""
+    code may name any model); counts the calls that returned and refuses more than `max_calls`."""
 
     def __init__(self, llm, model: str, metadata: dict[str, str], max_calls: int | None = None):
         self._llm, self._model, self._metadata, self.max_calls = llm, model, metadata, max_calls
         self.calls = 0
+        self._pending = 0  # calls sent, not returned yet: each holds a step against max_calls until it ends
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
     async def _create(self, **kwargs):
-        if self.max_calls is not None and self.calls >= self.max_calls:
+        if self.max_calls is not None and self.calls + self._pending >= self.max_calls:
             raise StepLimitError(f"step limit: {self.max_calls} model calls per sub-agent run")
-        self.calls += 1
         kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
-        response = await self._llm.chat.completions.create(**kwargs)
+        self._pending += 1
+        try:
+            response = await self._llm.chat.completions.create(**kwargs)
+        finally:
+            self._pending -= 1
+        # a step once it returned: a call cancelled (subagent_timeout) or refused (400) is not in the call tree, and
+        # counting it would put Swarm.critical_steps past calltree's and spend the budget on nothing
+        self.calls += 1
         # the gateway's own policy answered under its own name (a proxied frozen model answers under its upstream's
         # name and fingerprint; a pinned one under the name asked for): a misspelt --frozen name lands here
         own = str(getattr(response, "system_fingerprint", "") or "").startswith("policy-v")
@@ -141,8 +155,11 @@ class Swarm:
 
     def __post_init__(self) -> None:
         self.tools = Toolbox(
-            [self.create_subagent, self.assign_task, self.assign_tasks], timeout=self.limits.subagent_timeout + 30
+            [self.create_subagent, self.assign_task, self.assign_tasks], timeout=self.limits.tool_seconds()
         )
+        # max_parallel holds across the tool calls of a reply (several assign_task, two assign_tasks): runs past it
+        # wait for a slot rather than being refused
+        self._slots = asyncio.Semaphore(self.limits.max_parallel)
 
     @property
     def schemas(self) -> list[dict]:
@@ -268,11 +285,15 @@ class Swarm:
         metadata = {"agent": run.agent, "lineage": run.lineage, "parent": parent}
         llm = BoundLLM(self.llm, self.model, metadata, limit)
         try:
-            run.output = await asyncio.wait_for(self.subagent(assignment, llm), self.limits.subagent_timeout)
-        except TimeoutError:
-            run.error = f"timed out after {self.limits.subagent_timeout} s"
+            async with self._slots:
+                deadline = asyncio.timeout(self.limits.subagent_timeout)  # from when the run has its slot
+                async with deadline:
+                    run.output = await self.subagent(assignment, llm)
         except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
-            run.error = f"{type(exc).__name__}: {exc}"
+            # the swarm's timeout only where its deadline expired: the sub-agent's own TimeoutError (a socket's, its
+            # wait_for's) is its failure, named as any other
+            ours = isinstance(exc, TimeoutError) and deadline.expired()
+            run.error = f"timed out after {self.limits.subagent_timeout} s" if ours else f"{type(exc).__name__}: {exc}"
         finally:
             run.steps = llm.calls
         if run.error is not None:

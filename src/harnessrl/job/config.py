@@ -200,16 +200,25 @@ class SwarmJobConfig(_Strict):
 
     @model_validator(mode="after")
     def _width_fits(self) -> SwarmJobConfig:
-        if self.width > min(self.limits.max_parallel, self.limits.max_assignments):
+        # every question is a run; `batch` hands them out in one assign_tasks call, which takes max_parallel at most
+        # (with `each`, runs past max_parallel wait for a slot)
+        if self.width > self.limits.max_assignments:
             raise ValueError(
-                f"width {self.width}: over limits.max_parallel ({self.limits.max_parallel}) or "
-                f"limits.max_assignments ({self.limits.max_assignments}); the questions go out in one assign_tasks"
+                f"width {self.width}: over limits.max_assignments ({self.limits.max_assignments}), the runs an "
+                "episode may start"
+            )
+        if self.assign == "batch" and self.width > self.limits.max_parallel:
+            raise ValueError(
+                f"width {self.width}: over limits.max_parallel ({self.limits.max_parallel}); with assign: batch the "
+                "questions go out in one assign_tasks call"
             )
         return self
 
-    def episode_seconds(self) -> float:
-        """Long enough that sub-agents time out (an observation) before their episode does (a failure)."""
-        return self.limits.max_orchestrator_steps * (self.limits.subagent_timeout + 30)
+    def episode_seconds(self, replies: float) -> float:
+        """An episode's timeout: `replies` seconds for the orchestrator's own generation (rl.rollout.episode_timeout,
+        what any agent's episode gets), and each step's tool calls at their longest (`limits.tool_seconds()`), so a
+        slow sub-agent times out (an observation) before its episode does (a failure)."""
+        return replies + self.limits.max_orchestrator_steps * self.limits.tool_seconds()
 
 
 class CodeJobConfig(_Strict):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import random
 import resource
 import time
@@ -46,6 +47,8 @@ from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
 from harnessrl.train.checkpoint import write_atomic
 from harnessrl.types import Episode, Task, read_jsonl
+
+log = logging.getLogger(__name__)
 
 FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
@@ -104,7 +107,13 @@ def wide_splits(items, config: JobConfig) -> tuple[list[Task], list[Task], list[
     RL alone; without those RL draws from the demonstrated tasks."""
     swarm = config.swarm
     n_train = sum(t.split == "train" for t in items)
-    n_validation = min(config.rl.validation_tasks, n_train // 4 // swarm.width)
+    n_validation = min(config.rl.validation_tasks, cap := n_train // 4 // swarm.width)
+    if n_validation < config.rl.validation_tasks:
+        log.warning(
+            "rl.validation_tasks: %d asked, %d set aside (a quarter of the %d train questions, %d a task)%s",
+            config.rl.validation_tasks, cap, n_train, swarm.width,
+            "" if cap else ": no validation, the last update is kept",
+        )  # fmt: skip
     items, held = set_aside(items, n_validation * swarm.width, config.seed)
     validation = wide_tasks(held, swarm.width, config.seed, name="validation")
     n_rl = round(swarm.rl_questions * (n_train - len(held)))
@@ -231,15 +240,19 @@ class _SwarmJob(main._Job):
         path = self.out / "demos.jsonl"
         if path.is_file():
             return self._fits(read_jsonl(path, Episode))
-        timeout = self.config.swarm.episode_seconds()
         engine = RolloutEngine(self.gateway, OrchestratorExpert(orchestrator), self.reward,
-                               RolloutConfig(group_size=2, episode_timeout=timeout))  # fmt: skip
+                               RolloutConfig(group_size=2, episode_timeout=self._episode_seconds()))  # fmt: skip
         runs = [t for t in train for _ in range(self.config.sft.demos_per_task)]
         demos = [e for e in await asyncio.gather(*(engine.episode(t) for t in runs)) if e.status == "finished"]
         if not demos:
             raise RuntimeError("the scripted orchestrator finished no demonstration: see the gateway's errors above")
         main._dump(path, demos)
         return self._fits(demos)
+
+    def _episode_seconds(self) -> float:
+        """Every phase's episode timeout (demonstrations, validation, RL; the evals' per question): RL's rollout
+        allowance for the orchestrator's replies, and its steps' tool calls at their longest."""
+        return self.config.swarm.episode_seconds(self.config.rl.rollout.episode_timeout)
 
     def _fits(self, demos: list[Episode]) -> list[Episode]:
         """The demonstrations, if the policy may write replies as long as theirs (else SFT teaches cut-off calls)."""
@@ -257,7 +270,7 @@ class _SwarmJob(main._Job):
             return json.loads(path.read_text())
         tasks = [t for t in test for _ in range(repeats or self.config.eval_repeats)]
         # the baseline runs its questions one after another: its episodes get that many times as long
-        timeout = self.config.swarm.episode_seconds() * max(len(t.data["questions"]) for t in test)
+        timeout = self._episode_seconds() * max(len(t.data["questions"]) for t in test)
         _, episodes = await evaluate(self.gateway, harness, tasks, timeout=timeout)
         main._dump(self.out / f"{name}.jsonl", episodes)
         n = max(len(episodes), 1)
@@ -274,7 +287,7 @@ class _SwarmJob(main._Job):
         return result
 
     async def _validation_scores(self, harness, tasks) -> dict[str, list[float]]:
-        _, episodes = await evaluate(self.gateway, harness, tasks, timeout=self.config.swarm.episode_seconds())
+        _, episodes = await evaluate(self.gateway, harness, tasks, timeout=self._episode_seconds())
         return scores_by_task(episodes, item_f1)
 
     async def _rl(self, orchestrator: WideOrchestrator, train) -> None:
@@ -285,6 +298,5 @@ class _SwarmJob(main._Job):
             metrics = swarm_metrics(episodes, self.reward, step)
             return metrics | alarms.update(metrics)
 
-        timeout = max(cfg.rollout.episode_timeout, self.config.swarm.episode_seconds())
-        rollout = cfg.rollout.model_copy(update={"episode_timeout": timeout})
+        rollout = cfg.rollout.model_copy(update={"episode_timeout": self._episode_seconds()})
         await self._run_rl(orchestrator, self.reward, train, rollout, batch_metrics)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from harnessrl.calltree import critical_steps
+from harnessrl.calltree import critical_steps, lineages
 from harnessrl.rewards.compose import Reward, Term
 from harnessrl.rewards.schedules import Schedule, anneal_to_zero
 from harnessrl.types import Episode
@@ -27,6 +27,18 @@ log = logging.getLogger(__name__)
 
 def swarm_summary(episode: Episode) -> dict:
     return (episode.outcome.info.get("swarm") if episode.outcome else None) or {}
+
+
+def _counted(episode: Episode) -> dict:
+    """The summary the metrics count. A failed episode (a timeout, a raising harness) never wrote its outcome, so has
+    no summary: its runs are read from its call tree (the lineages its root lineages' calls spawned), none finished
+    (their outputs went down with it). Counted as nothing, it would read as "did not delegate" and fake a serial
+    collapse."""
+    if episode.status != "failed":
+        return swarm_summary(episode)
+    tree = lineages(episode.calls)
+    roots = {c for t in tree if t.parent_call is None for c in t.calls}
+    return {"assigned": sum(t.parent_call in roots for t in tree), "finished": 0}
 
 
 def r_parallel(episode: Episode, cap: int = 4) -> float:
@@ -57,8 +69,9 @@ def parl_reward(
 def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: int = 0) -> dict[str, float]:
     """`swarm/*` metrics of a batch: spawn_rate (share of episodes that assigned sub-agent work),
     assigned, unfinished and repeated (runs beyond the distinct task texts) per episode, finish_rate (over all
-    runs), critical and total steps per episode, and the lambdas at `step`."""
-    summaries = [swarm_summary(e) for e in episodes]
+    runs), critical and total steps per episode, failed_rate (share of failed episodes, counted from their call
+    trees: `_counted`), and the lambdas at `step`."""
+    summaries = [_counted(e) for e in episodes]
     assigned = [s.get("assigned", 0) for s in summaries]
     finished = [s.get("finished", 0) for s in summaries]
     n = max(len(episodes), 1)
@@ -70,6 +83,7 @@ def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: i
         "swarm/finish_rate": sum(finished) / sum(assigned) if sum(assigned) else 0.0,
         "swarm/critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
         "swarm/total_steps": sum(len(e.calls) for e in episodes) / n,
+        "swarm/failed_rate": sum(e.status == "failed" for e in episodes) / n,
     }
     terms = {t.name: t for t in reward.terms} if reward else {}
     for name in ("parallel", "finish"):

@@ -42,8 +42,9 @@ class SearchAgent:
 class _Run:
     """One episode's state: what is in context, what was shown, what was pruned."""
 
-    def __init__(self, agent: SearchAgent, task: Task):
+    def __init__(self, agent: SearchAgent, task: Task, max_turns: int | None = None):
         self.agent, self.task = agent, task
+        self.max_turns = agent.max_turns if max_turns is None else max_turns  # a swarm run's may be fewer
         self.shown: dict[str, None] = {}  # chunk ids ever shown, oldest first (excluded from later searches)
         self.seen_docs: list[str] = []  # documents whose text entered the context, in order
         self.read: set[str] = set()  # documents read whole (read_document): an entry of their own in context
@@ -104,7 +105,7 @@ class _Run:
     # ---- the loop -----------------------------------------------------------------------------
 
     async def loop(self, llm: openai.AsyncOpenAI) -> Outcome:
-        while self.final is None and self.turns < self.agent.max_turns:
+        while self.final is None and self.turns < self.max_turns:
             response = await llm.chat.completions.create(
                 model="policy", messages=self.messages, tools=self.tools.schemas,
                 max_tokens=self.agent.max_tokens, temperature=self.agent.temperature,

@@ -35,10 +35,17 @@ SUBAGENT_INSTRUCTIONS = "Answer the question from the documents."
 
 
 def search_subagent(agent: SearchAgent):
-    """A sub-agent that runs the search agent on its assigned question; its answer is the output."""
+    """A sub-agent that runs the search agent on its assigned question, for the run's steps at most (the swarm's
+    `max_steps`: the critical-step budget may leave fewer than the agent's turns); its answer is the output.
+
+    The `instructions` of create_subagent are not used: the sub-agent is the search agent under the system prompt it
+    was trained with. Adding them would change every sub-agent prompt, and with it the frozen sub-agent's answers and
+    the default job's demonstrations (the expert passes SUBAGENT_INSTRUCTIONS); saying so in create_subagent's
+    schema would change every orchestrator prompt."""
 
     async def run(assignment: Assignment, llm) -> str | None:
-        outcome = await _Run(agent, Task(prompt=assignment.task)).loop(llm)
+        turns = min(agent.max_turns, assignment.max_steps)
+        outcome = await _Run(agent, Task(prompt=assignment.task), turns).loop(llm)
         return outcome.answer or None
 
     return run
