@@ -48,6 +48,17 @@ def test_answers_match_normalises():
     assert not answers_match("314", "3.14") and not answers_match("5", "-5") and not answers_match("", "?")
 
 
+def test_answers_match_keeps_numbers_apart_and_unicode_forms_together():
+    # a mark between digits is part of the number, not punctuation to delete
+    for wrong, gold in (("1/2", "12"), ("2-3", "23"), ("3:45", "345"), ("\u22125", "5"), ("1,2", "12")):
+        assert not answers_match(wrong, gold), (wrong, gold)
+    same = [("Jean-Luc Picard", "Jean Luc Picard"), ("Zu\u0308rich", "Z\u00fcrich"), ("1,000", "1 000"),
+            ("Stra\u00dfe", "STRASSE"), ("\uff11\uff19\uff18\uff17", "1987"), ("\u22125", "-5"),
+            ("1990\u20131995", "1990-1995"), ("1\u202f000\u202f000", "1,000,000"), ("O\u2019Brien", "O'Brien")]  # fmt: skip
+    for given, gold in same:
+        assert answers_match(given, gold), (given, gold)
+
+
 def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tmp_path):
     corpus, tasks = dump_synthetic(tmp_path)
     lines = tasks.read_text().splitlines()

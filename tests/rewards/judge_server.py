@@ -5,6 +5,7 @@ otherwise; `biased` adds 0.3 to whichever answer comes first; `garbage` replies 
 sleeps past any short timeout; `flaky` fails every first attempt at a prompt with a 500. Malformed
 replies: `duplicate_ids` scores answer 0 twice, `string_scores` writes "1", `bool_scores` writes true;
 malformed completions: `no_choices` (`choices: []`), `not_json`; `null_usage` (`prompt_tokens: null`, which the judge tolerates).
+Refusals: `missing` answers 404 (a wrong model name), `rate_limited` 429. The last prompt is kept in `app.state.prompt`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def judge_app() -> FastAPI:
         body = await request.json()
         app.state.requests += 1
         prompt, model = body["messages"][-1]["content"], body["model"]
+        app.state.prompt = prompt
+        if model in ("missing", "rate_limited"):
+            status = 404 if model == "missing" else 429
+            return JSONResponse({"error": {"message": model}}, status_code=status)
         if model == "slow":
             await asyncio.sleep(3)
         if model == "flaky" and prompt not in seen:

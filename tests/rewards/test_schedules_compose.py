@@ -1,6 +1,8 @@
 import pytest
 
+from harnessrl.job.config import JobConfig
 from harnessrl.rewards import Reward, Schedule, Term, anneal_to_zero, constant, weighted
+from harnessrl.rewards.compose import TermFailure
 from harnessrl.types import Episode, Outcome
 
 
@@ -16,6 +18,23 @@ def test_schedules_by_hand():
     assert anneal.value(0) == 0.2 and anneal.value(25) == pytest.approx(0.1) and anneal.value(50) == 0.0
     with pytest.raises(ValueError, match="boundaries"):
         Schedule(kind="step", boundaries=[20, 10], values=[1, 2])
+
+
+def test_a_schedule_refuses_fields_its_kind_does_not_read(tmp_path):
+    # without `kind` this was a constant 1.0: the anneal silently never happened
+    with pytest.raises(ValueError, match=r"a constant schedule reads start, not steps \(kind is constant when not"):
+        Schedule(start=1.0, end=0.0, steps=100)
+    with pytest.raises(ValueError, match="a linear schedule reads start, end, steps, not boundaries, values"):
+        Schedule(kind="linear", steps=10, boundaries=[5], values=[0.5])
+    with pytest.raises(ValueError, match="a step schedule reads start, boundaries, values, not end"):
+        Schedule(kind="step", end=0.5, boundaries=[5], values=[0.5])
+    dumped = anneal_to_zero(0.1, 8).model_dump(mode="json")  # as a run's config.yaml holds it: every field
+    assert Schedule(**dumped) == anneal_to_zero(0.1, 8) and Schedule(start=0.3) == constant(0.3)
+    # a job config's schedule of another kind does not inherit the default anneal's steps (which it would refuse)
+    config = tmp_path / "job.yaml"
+    config.write_text("swarm: {lambda_parallel: {kind: constant, start: 0.2}, lambda_finish: {start: 0.3}}\n")
+    swarm = JobConfig.load(config).swarm
+    assert swarm.lambda_parallel == constant(0.2) and swarm.lambda_finish == anneal_to_zero(0.3, 8)
 
 
 def _episode(answer: str, success: bool) -> Episode:
@@ -43,11 +62,24 @@ def test_gates_caps_clamp_and_flags():
         clamp=(-1.0, 1.5),
     )
     won, lost = reward.score(_episode("a", True)), reward.score(_episode("b", False))
-    assert won.terms == {"outcome": 1.0, "bonus": 0.5, "judge": 1.0, "repetition": -0.5} and won.total == 1.5
-    assert lost.terms == {"outcome": 0.0, "bonus": 0.0, "judge": 0.0, "repetition": -0.5} and lost.total == -0.5
+    # the clamp took 0.5 off 2.0: its own entry, so the terms sum to the total
+    assert won.terms == {"outcome": 1.0, "bonus": 0.5, "judge": 1.0, "repetition": -0.5, "clamp": -0.5}
+    assert lost.terms == {"outcome": 0.0, "bonus": 0.0, "judge": 0.0, "repetition": -0.5, "clamp": 0.0}
+    assert (won.total, lost.total) == (1.5, -0.5) and all(sum(b.terms.values()) == b.total for b in (won, lost))
     assert won.flags == ["repetition"]
     with pytest.raises(ValueError, match="unknown term 'missing'"):
         Reward([Term("a", lambda e: 0.0, gate="missing")])
+    with pytest.raises(ValueError, match="records it as the term 'clamp'"):
+        Reward([Term("clamp", lambda e: 0.0)], clamp=(-1.0, 1.0))
+
+
+def test_a_clamped_penalty_shows_in_the_breakdown():
+    # a penalty below the floor was swallowed without trace: the terms summed to -1.7, the total said -1.0
+    reward = Reward([Term("outcome", lambda e: 0.0), Term("tampering", lambda e: 1.0, -1.5),
+                     Term("turns", lambda e: 0.2, -1.0)], clamp=(-1.0, 2.0))  # fmt: skip
+    scored = reward.score(_episode("x", False))
+    assert scored.total == -1.0 and scored.terms["clamp"] == pytest.approx(0.7)
+    assert sum(scored.terms.values()) == pytest.approx(scored.total)
 
 
 async def test_async_and_group_terms_get_the_step_when_they_ask_for_it():
@@ -84,3 +116,16 @@ async def test_a_non_finite_term_is_a_failed_term_whatever_the_episodes_order():
         assert all(s.total == 1.0 and s.values["judge"] == 0.0 for s in scored)
     single = reward.score(_episode("nan", True))
     assert single.failure.startswith("judge: returned nan") and single.total == 1.0
+
+
+async def test_every_failed_term_is_named():
+    def fails(why):
+        def term(e):
+            raise TermFailure(why)
+
+        return term
+
+    reward = Reward([weighted("a", fails("timed out")), weighted("ok", lambda e: 1.0), weighted("b", fails("bad"))])
+    (scored,) = await reward.score_group([_episode("x", True)])
+    assert scored.failure == "a: timed out; b: bad" and scored.total == 1.0
+    assert reward.score(_episode("x", True)).failure == "a: timed out; b: bad"

@@ -420,4 +420,6 @@ def _over(default, given):
     """`given` with every key it leaves out filled from `default`, recursively through mappings."""
     if not (isinstance(default, dict) and isinstance(given, dict)):
         return given
+    if given.get("kind", default.get("kind")) != default.get("kind"):  # another kind of schedule: the default's
+        return given  # other keys are its own kind's (`steps: 8` of a linear anneal), which the new kind refuses
     return default | {key: _over(default.get(key), value) for key, value in given.items()}

@@ -4,7 +4,8 @@ Episodes are grouped by task id (as the trainer groups them) and judged group-re
 order and once reversed. Reported: accuracy (score >= 0.5 against `outcome.success`), Spearman
 correlation between scores and labels, position bias (mean |score change| when the order is
 reversed) and the first position's gain (mean score of an answer shown first minus the same answer
-shown last), plus the judge's calls, tokens and failures.
+shown last), plus the judge's calls, tokens and failures; `groups` counts the groups judged (a group of one, or
+one whose judging failed, is not).
 """
 
 from __future__ import annotations
@@ -22,25 +23,28 @@ async def calibrate(judge: Judge, episodes: list[Episode]) -> dict[str, float]:
         if e.outcome is None or e.outcome.success is None:
             raise ValueError(f"episode {e.id}: outcome.success is the label calibration needs; it is missing")
         groups[e.task.id].append(e)
-    scores, labels, shifts, first_gain, failures = [], [], [], [], 0
+    scores, labels, shifts, first_gain, failures, judged = [], [], [], [], 0, 0
+    last_failure = None  # named when nothing could be judged: an unreachable judge is not a lack of groups
     for group in groups.values():
         if len(group) < 2:
             continue
         try:
             forward = await judge.group(group)
             backward = (await judge.group(group[::-1]))[::-1]
-        except TermFailure:
-            failures += 1
+        except TermFailure as exc:
+            failures, last_failure = failures + 1, exc
             continue
+        judged += 1
         scores += forward
         labels += [float(e.outcome.success) for e in group]
         shifts += [abs(a - b) for a, b in zip(forward, backward)]
         first_gain += [forward[0] - backward[0], backward[-1] - forward[-1]]
     if not scores:
-        raise ValueError("no group of two or more labelled episodes could be judged")
+        why = f" ({failures} failed; the last: {last_failure})" if last_failure else ""
+        raise ValueError(f"no group of two or more labelled episodes could be judged{why}")
     return {
         "episodes": len(scores),
-        "groups": len(groups),
+        "groups": judged,
         "accuracy": sum((s >= 0.5) == bool(y) for s, y in zip(scores, labels)) / len(scores),
         "spearman": spearman(scores, labels),
         "position_bias": sum(shifts) / len(shifts),

@@ -5,7 +5,9 @@ group). Weights may follow schedules. A gated term counts only when another term
 term never exceeds another term's weighted value (a judge cannot outscore the verified outcome).
 Gates are applied before caps, and a cap reads the term it refers to after that term's own gate and
 cap, so the order of the terms does not change the reward.
-Detector terms also raise a flag when they fire, logged as `hacking/<flag>`.
+Detector terms also raise a flag when they fire, logged as `hacking/<flag>`. A reward with a clamp records what
+the clamp took or added as the term `clamp` (0 where it did not bite), so the terms always sum to the total and a
+penalty the clamp swallowed shows.
 """
 
 from __future__ import annotations
@@ -51,18 +53,21 @@ class Reward:
                 if other is not None and other not in names:
                     raise ValueError(f"term {t.name!r} refers to unknown term {other!r}")
         _cap_depths(terms)  # a cycle of caps is refused now
+        if clamp is not None and "clamp" in names:
+            raise ValueError("a reward with a clamp records it as the term 'clamp': rename that term")
         self.terms, self.clamp = terms, clamp
 
     async def score_group(self, episodes: list[Episode], step: int = 0) -> list[RewardBreakdown]:
         """Score a group (one task, G episodes) and set each episode's `reward`."""
         raw: dict[str, list[float]] = {}
-        failure = None
+        failures = []  # every failed term, not the last only: each needs its own fix
         for term in self.terms:
             try:
                 raw[term.name] = _finite(await _values(term, episodes, step))
             except TermFailure as exc:
-                failure = f"{term.name}: {exc}"
+                failures.append(f"{term.name}: {exc}")
                 raw[term.name] = [0.0] * len(episodes)
+        failure = "; ".join(failures) or None
         out = []
         for i, episode in enumerate(episodes):
             breakdown = self._combine({name: values[i] for name, values in raw.items()}, step, failure)
@@ -74,13 +79,14 @@ class Reward:
         """Score one episode with per-episode terms only (no group judges)."""
         if any(t.group or inspect.iscoroutinefunction(t.fn) for t in self.terms):
             raise ValueError("this reward has group or async terms: use `await reward.score_group(...)`")
-        raw, failure = {}, None
+        raw, failures = {}, []
         for t in self.terms:
             try:
                 raw[t.name] = _finite([float(t.fn(episode, step) if t.with_step else t.fn(episode))])[0]
             except TermFailure as exc:
-                failure, raw[t.name] = f"{t.name}: {exc}", 0.0
-        breakdown = self._combine(raw, step, failure)
+                failures.append(f"{t.name}: {exc}")
+                raw[t.name] = 0.0
+        breakdown = self._combine(raw, step, "; ".join(failures) or None)
         episode.reward = breakdown
         return breakdown
 
@@ -95,8 +101,9 @@ class Reward:
             if t.cap is not None:
                 terms[t.name] = min(terms[t.name], terms[t.cap])
         total = sum(terms.values())
-        if self.clamp is not None:
-            total = min(max(total, self.clamp[0]), self.clamp[1])
+        if self.clamp is not None:  # in every breakdown, 0 included: `reward/clamp` is then a mean over all episodes
+            clamped = min(max(total, self.clamp[0]), self.clamp[1])
+            terms["clamp"], total = clamped - total, clamped
         flags = [t.name for t in self.terms if t.flag and raw[t.name] != 0]
         return RewardBreakdown(total=total, terms=terms, weights=weights, values=raw, flags=flags, failure=failure)
 

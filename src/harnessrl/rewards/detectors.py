@@ -25,26 +25,36 @@ from typing import Literal
 from harnessrl.rewards.compose import Term
 from harnessrl.types import Episode
 
+# Anchored at the start of the answer (after "Sorry," or "I'm afraid"): a phrase later in it is part of an answer
+# ("The witness was unable to determine the time; it was 3 pm"). Not followed by a capitalised word, which makes
+# it a name ("Not Sure Creek"), nor "help" by "but" ("I cannot help but note: 42").
+_LEAD_IN = r"^\W*(?:(?:sorry|unfortunately)\W+)?(?:i(?:['’]m| am) )?(?:afraid,? )?"
 _ABSTAIN = re.compile(
-    r"\b(i (do not|don't|cannot|can't) (know|answer|help|determine)|not sure|no idea|unable to (answer|find|determine)"
-    r"|could you (clarify|specify|provide)|can you (clarify|specify|tell me more)|please (clarify|specify)"
-    r"|what do you mean|need more (information|details|context))\b",
+    _LEAD_IN + r"(i (do not|don['’]t|cannot|can['’]t) (know|answer|help(?! but)|determine)|not sure|no idea"
+    r"|unable to (answer|find|determine)|(i |we )?need more (information|details|context))\b(?!(?-i:\s+(?!I\b)[A-Z]))",
     re.I,
 )
 _CLARIFY = re.compile(
-    r"\b(could you (clarify|specify)|can you (clarify|specify|tell me more)|please (clarify|specify)"
+    _LEAD_IN + r"(could you (clarify|specify|provide)|can you (clarify|specify|tell me more)|please (clarify|specify)"
     r"|what do you mean|which (one|do you mean))\b",
     re.I,
 )
+# a question back speaks to the user ("Which city do you mean?", "Which file should I edit?"); a trailing "?"
+# alone is not one: "Who Framed Roger Rabbit?" is a title
+_ADDRESSED = re.compile(r"\b(you|your|(?-i:I)|me|we)\b", re.I)
+# setup.cfg is test config only where its diff shows a pytest section (a version bump is not tampering)
 _TEST_PATH = re.compile(
-    r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|setup\.cfg$|\.ci/|noxfile\.py$)"
+    r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|tox\.ini$|\.ci/|noxfile\.py$)"
 )
 _EXIT_TRICKS = re.compile(
-    r"(\|\|\s*true\b|exit\s+0\b|sys\.exit\(\s*0?\s*\)|SystemExit\(\s*0?\s*\)|os\._exit\(|pytest\.skip\("
+    r"(sys\.exit\(\s*0?\s*\)|SystemExit\(\s*0?\s*\)|os\._exit\(|pytest\.skip\("
     r"|@pytest\.mark\.skip|unittest\.skip|assert\s+True\b"
     r"|\b_pytest\b|\bpluggy\b|harnessrl_report|HARNESSRL-REPORT|\.runtest\b|\bpytest_(runtest|sessionfinish)\w*"
-    r"|\bpytest_pyfunc_call\b|\bregister\(|\bget_objects\b)"
+    r"|\bpytest_pyfunc_call\b|\bpluginmanager\b|\bPytestPluginManager\b|\bget_objects\b)"
 )  # the last two lines: code that reaches into the test runner or its report (envs/code/score.py)
+# a shell's exit-code trick counts on a line that runs tests: `pip install -e . || true` is not one
+_SHELL_TRICK = re.compile(r"\|\|\s*true\b|\bexit\s+0\b")
+_RUNS_TESTS = re.compile(r"\b(pytest|py\.test|unittest|tox|nox)\b|\bmake\s+(test|check)\b")
 
 
 def malformed_tool_calls(episode: Episode) -> float:
@@ -55,18 +65,17 @@ def malformed_tool_calls(episode: Episode) -> float:
 
 
 def abstention(episode: Episode) -> float:
-    """1 when the final answer is empty, an abstention, or a question back instead of an answer."""
-    answer = (episode.outcome.answer if episode.outcome else None) or ""
-    text = answer.strip()
-    if not text:
-        return 1.0
-    return 1.0 if _ABSTAIN.search(text) or text.endswith("?") else 0.0
+    """1 when the final answer is empty, begins with an abstention ("I don't know", "Not sure."), or is a question
+    back instead of an answer."""
+    text = ((episode.outcome.answer if episode.outcome else None) or "").strip()
+    return 1.0 if not text or _ABSTAIN.search(text) or clarifying_question(episode) else 0.0
 
 
 def clarifying_question(episode: Episode) -> float:
-    """1 when the final answer is a question back to the user ("Which city do you mean?")."""
+    """1 when the final answer is a question back to the user: it begins with one ("Could you clarify ...") or
+    ends in "?" speaking to the user ("Which city do you mean?")."""
     text = ((episode.outcome.answer if episode.outcome else None) or "").strip()
-    return 1.0 if text and (text.endswith("?") or _CLARIFY.search(text)) else 0.0
+    return 1.0 if _CLARIFY.search(text) or (text.endswith("?") and _ADDRESSED.search(text)) else 0.0
 
 
 def repetition(episode: Episode, n: int = 4, threshold: float = 0.5) -> float:
@@ -136,15 +145,30 @@ def test_tampering(episode: Episode) -> float:
     Reads `outcome.info`: `edited_files` (paths), `dropped` (path -> why), `diff` (text), `commands`.
     """
     info = episode.outcome.info if episode.outcome else {}
+    diff = str(info.get("diff", ""))
     if any(_TEST_PATH.search(str(path)) for path in info.get("edited_files", [])):
+        return 1.0
+    if _setup_cfg_pytest(diff):
         return 1.0
     if any("shadows the installed module" in str(why) for why in dict(info.get("dropped") or {}).values()):
         return 1.0  # an added pytest.py, _pytest/, harnessrl_report.py, ...: dropped by scoring, flagged here
-    added = "\n".join(line[1:] for line in str(info.get("diff", "")).splitlines() if line.startswith("+"))
-    commands = "\n".join(map(str, info.get("commands", [])))
-    return 1.0 if _EXIT_TRICKS.search(added) or _EXIT_TRICKS.search(commands) else 0.0
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
+    lines = added + [line for command in info.get("commands", []) for line in str(command).splitlines()]
+    return 1.0 if any(_EXIT_TRICKS.search(line) or (_SHELL_TRICK.search(line) and _RUNS_TESTS.search(line))
+                      for line in lines) else 0.0  # fmt: skip
+
+
+def _setup_cfg_pytest(diff: str) -> bool:
+    """Whether a setup.cfg's part of a unified diff shows pytest's section or options (`[tool:pytest]`)."""
+    for part in re.split(r"^(?=--- .*\n\+\+\+ )", diff, flags=re.M):
+        names = [line.split("\t")[0] for line in part.splitlines()[:2]]
+        if any(re.search(r"(^|[/ ])setup\.cfg$", name) for name in names) and "pytest" in part:
+            return True
+    return False
 
 
 def detector_terms(weights: dict[str, float], **factories: Callable[[Episode], float]) -> list[Term]:
     """Negatively weighted, flagged terms: `detector_terms({"repetition": 0.2}, repetition=repetition)`."""
+    if unknown := sorted(set(weights) - set(factories)):
+        raise ValueError(f"detector weights name unknown detectors {unknown}; known: {sorted(factories)}")
     return [Term(name, factories[name], -abs(weight), flag=True) for name, weight in weights.items()]

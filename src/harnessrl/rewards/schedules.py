@@ -24,6 +24,15 @@ class Schedule(BaseModel):
     def _step_lists(self) -> Schedule:
         if len(self.boundaries) != len(self.values) or self.boundaries != sorted(self.boundaries):
             raise ValueError("boundaries must be ascending and as many as values")
+        # a field the kind does not read would be ignored: `{start: 1, end: 0, steps: 100}` without `kind` was a
+        # constant 1. A field at its default is let through: a schedule dumped whole (a run's config.yaml) has them all
+        unread = [name for name, field in _FIELDS.items() if name not in _READS[self.kind]
+                  and getattr(self, name) != field.get_default(call_default_factory=True)]  # fmt: skip
+        if unread:
+            unset = " (kind is constant when not given)" * ("kind" not in self.model_fields_set)
+            raise ValueError(
+                f"a {self.kind} schedule reads {', '.join(_READS[self.kind])}, not {', '.join(unread)}{unset}"
+            )
         return self
 
     def value(self, step: int) -> float:
@@ -39,6 +48,11 @@ class Schedule(BaseModel):
             if step >= boundary:
                 current = value
         return current
+
+
+_READS = {"constant": ("start",), "linear": ("start", "end", "steps"), "cosine": ("start", "end", "steps"),
+          "step": ("start", "boundaries", "values")}  # fmt: skip
+_FIELDS = {n: f for n, f in Schedule.model_fields.items() if n != "kind"}
 
 
 def constant(value: float) -> Schedule:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -283,16 +284,26 @@ def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
 
 
 def normalise(text: str) -> str:
-    """Lower case, punctuation dropped but for a number's decimal point and sign (3.14 is not 314, nor -5 5),
-    whitespace runs made one space."""
-    text = text.lower()
+    """NFKC and case folded (full-width digits, a decomposed ü, ß as ss compare as their plain forms); a dash or
+    U+2212 read as "-"; punctuation made a space (Jean-Luc is Jean Luc) but for apostrophes, which join (O'Brien),
+    and the marks that make a number: its sign, its thousands separators (dropped: 1,000 and 1 000 are 1000) and a
+    . / : - between digits (3.14, 1/2, 3:45, 2-3 are not 314, 12, 345, 23); whitespace runs made one space."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join("-" if ch == "\u2212" or unicodedata.category(ch) == "Pd" else ch for ch in text)
+    text = _THOUSANDS.sub(lambda m: re.sub("[, ]", "", m[0]), text)
     marks = {m.start() for m in _NUMBER_MARK.finditer(text)}
-    return " ".join("".join(ch for i, ch in enumerate(text) if ch.isalnum() or ch.isspace() or i in marks).split())
+    kept = (ch if _in_word(ch) or i in marks else "" if ch in "'\u2019" else " " for i, ch in enumerate(text))
+    return " ".join("".join(kept).split())
 
 
-_NUMBER_MARK = re.compile(r"(?<=\d)\.(?=\d)|(?<![\w.])-(?=\d)")
+def _in_word(ch: str) -> bool:
+    return ch.isalnum() or unicodedata.category(ch).startswith("M")  # a combining mark: part of its letter
+
+
+_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}([, ])\d{3}(?:\1\d{3})*(?!\d|\1\d)")  # 1,000,000 or 1 000 000
+_NUMBER_MARK = re.compile(r"(?<=\d)[./:-](?=\d)|(?<![\w.])-(?=\d)")
 
 
 def answers_match(given: str | None, expected: str) -> bool:
-    """Normalised comparison: case, punctuation and surrounding whitespace ignored."""
+    """Normalised comparison (`normalise`): case, Unicode forms, punctuation and spacing ignored, a number's marks not."""
     return given is not None and normalise(given) == normalise(expected) != ""
