@@ -1,4 +1,5 @@
-"""Token reuse under chat templates other than tiny's own: glue before the end-of-turn, and a template that raises."""
+"""Token reuse under chat templates other than tiny's own: glue before the end-of-turn, assistant content trimmed,
+and a template that raises."""
 
 import pytest
 
@@ -13,10 +14,17 @@ NEWLINE_BEFORE_END = (
     "{{ '\\n' if message.role == 'assistant' }}<|im_end|>\n{% endfor -%}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}"
 )
-# ChatML that refuses control characters in any message (the gateway's stand-in turn has one)
-REFUSES_CONTROL_CHARACTERS = (
+# ChatML that trims assistant content (Llama 3.x and Gemma templates render `content | trim`)
+TRIMS_REPLIES = (
+    "{%- for message in messages -%}<|im_start|>{{ message.role }}\n"
+    "{{ message.content | trim if message.role == 'assistant' else message.content }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}"
+)
+# ChatML that renders prompts only: it refuses a conversation that ends on an assistant turn (the gateway renders
+# one, its stand-in turn, to find where a turn ends)
+REFUSES_A_LAST_ASSISTANT_TURN = (
+    "{%- if messages[-1].role == 'assistant' %}{{ raise_exception('prompts only') }}{% endif -%}"
     "{%- for message in messages -%}"
-    "{%- if message.content and '\x1f' in message.content %}{{ raise_exception('control characters') }}{% endif -%}"
     "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor -%}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}"
 )
@@ -51,7 +59,30 @@ async def test_text_before_the_end_of_turn_is_not_repeated_after_a_sampled_end_o
     assert second.prompt_ids == policy.encode(policy.render(follow_up, None, generation_prompt=True))
 
 
-@pytest.mark.parametrize("gateway_with", [REFUSES_CONTROL_CHARACTERS], indirect=True)
+@pytest.mark.parametrize("gateway_with", [TRIMS_REPLIES], indirect=True)
+async def test_a_template_that_trims_replies_still_extends_the_earlier_call(gateway_with):
+    """The stand-in turn holds no character that `trim` strips (a control character would be): it keeps its ends
+    under `content | trim`, so the next turn still extends the call token-exactly."""
+    policy, gateway = gateway_with
+    episode_id, key = await gateway.create_episode()
+    llm = gateway.openai(key)
+    question = [{"role": "user", "content": "Weather?"}]
+    r = await llm.chat.completions.create(model="tiny", messages=question, max_tokens=6, seed=1)
+    follow_up = [
+        *question,
+        {"role": "assistant", "content": r.choices[0].message.content},
+        {"role": "user", "content": "ok"},
+    ]
+    await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=2)
+    first, second = (await gateway.episode(episode_id)).calls
+    assert second.extends_call == 0
+    assert (
+        second.prompt_ids[: len(first.prompt_ids) + len(first.completion_ids)]
+        == first.prompt_ids + first.completion_ids
+    )
+
+
+@pytest.mark.parametrize("gateway_with", [REFUSES_A_LAST_ASSISTANT_TURN], indirect=True)
 async def test_a_template_that_raises_on_extension_starts_a_new_sequence(gateway_with):
     policy, gateway = gateway_with
     episode_id, key = await gateway.create_episode()

@@ -22,7 +22,8 @@ def test_malformed_calls_come_back_as_text_with_a_reason():
         '<tool_call>{"name": "delete_all", "arguments": {}}</tool_call>': "unknown tool 'delete_all'",
         '<tool_call>{"name": "search", "arguments": "q"}</tool_call>': "'arguments' is not a JSON object",
         '<tool_call>["search"]</tool_call>': "expected an object with a string 'name'",
-        '<tool_call>{"name": "search", "arguments": {}}': "unterminated",
+        '<tool_call>{"name": "search", "arguments": {}': "unterminated",
+        '<tool_call>{"name": "search", "arguments": {}}}</tool_call>': "tool call 0: text after the call's JSON",
     }
     for text, reason in cases.items():
         parsed = parse_tool_calls(text, NAMES)

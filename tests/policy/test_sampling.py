@@ -85,3 +85,26 @@ def test_a_subnormal_temperature_samples_like_a_tiny_one_with_finite_logprobs():
         ids, logprobs = sample_next(logits, temperature, top_p, [None] * 3)
         assert torch.isfinite(logprobs).all() and torch.equal(ids, logits.argmax(-1))
         assert torch.isfinite(sampling_logprobs(logits, temperature, top_p).gather(-1, ids[:, None])).all()
+
+
+def test_rows_past_the_tokenizer_are_never_drawn_and_as_many_or_fewer_change_nothing():
+    """Qwen2.5 embeds 151,936 rows for 151,665 tokens: an id past the tokenizer has no text. With `vocab` (the
+    tokenizer's size) below the rows, those ids get no probability, greedy included; at or above it (tiny: as many;
+    Gemma 3: added tokens past the rows) the distribution is exactly the one without."""
+    logits = torch.randn(3000, 8, generator=torch.Generator().manual_seed(0))
+    logits[:, 5:] += 4.0  # the unused rows are the likeliest
+    temperature, top_p = torch.ones(3000), torch.tensor([1.0, 0.9, 0.5]).repeat(1000)
+    temperature[:2] = 0.0  # greedy rows too
+    ids, logprobs = sample_next(logits, temperature, top_p, [None] * 3000, vocab=5)
+    assert int(ids.max()) < 5 and len(set(ids.tolist())) == 5
+    logp = sampling_logprobs(logits, temperature, top_p, vocab=5)
+    assert torch.isinf(logp[:, 5:]).all() and torch.allclose(logp.gather(-1, ids[:, None])[2:, 0], logprobs[2:])
+    seeded = [torch.Generator().manual_seed(b) for b in range(8)]
+    plain = sample_next(logits[:8], temperature[:8], top_p[:8], seeded)
+    for vocab in (8, 9):
+        seeded = [torch.Generator().manual_seed(b) for b in range(8)]
+        same = sample_next(logits[:8], temperature[:8], top_p[:8], seeded, vocab=vocab)
+        assert torch.equal(same[0], plain[0]) and torch.equal(same[1], plain[1])
+        assert torch.equal(
+            sampling_logprobs(logits, temperature, top_p, vocab=vocab), sampling_logprobs(logits, temperature, top_p)
+        )

@@ -53,6 +53,28 @@ def test_hermes_blocks_read_their_json_whole_and_lost_arguments_are_a_malformed_
     assert "bad JSON" in parse_tool_calls("<tool_call>{name: write}</tool_call>", {"write"}).error
 
 
+def test_a_last_call_without_its_close_tag_is_read_when_its_json_is_whole():
+    """stop=["</tool_call>"] cuts the close tag, and a model may end its turn right after the JSON: the call is whole.
+    A stray "}" or words after the JSON are named as such, not as an unterminated block."""
+    whole = '<tool_call>\n{"name": "write", "arguments": {"path": "a.py"}}'
+    for text in (
+        whole,
+        whole + "\n",
+        "Writing. " + whole,
+        '<tool_call>{"name": "write", "arguments": {}}</tool_call>' + whole,
+    ):
+        parsed = parse_tool_calls(text, {"write"})
+        assert parsed.error is None and parsed.calls[-1] == ("write", '{"path": "a.py"}'), text
+    assert parse_tool_calls("Writing. " + whole, {"write"}).content == "Writing."
+    for junk in ("}</tool_call>", " done</tool_call>", " done"):
+        assert parse_tool_calls(whole + junk, {"write"}).error == "tool call 0: text after the call's JSON", junk
+    assert parse_tool_calls(whole[:-1], {"write"}).error == "unterminated <tool_call> block"
+    llama = tool_format("llama3_json")
+    for junk in ("}", " done"):
+        stray = parse_tool_calls('{"name": "write", "parameters": {}}' + junk, {"write"}, llama)
+        assert stray.error == "tool call 0: text after the call's JSON", junk
+
+
 def test_a_conversation_is_rewritten_for_a_template_that_renders_no_tools():
     system = [{"role": "system", "content": "Be brief."}]
     out = adapt(system + weather_dialogue(), WEATHER_TOOLS, tool_format("hermes"), calls_too=True)

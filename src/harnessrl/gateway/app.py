@@ -410,6 +410,11 @@ def create_app(
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
         answers = [_assistant_message(model, completion, forced, body) for completion in completions]
+        # the body first: a call is committed only once the answer that returns it is built
+        choices = [
+            _choice(model, index, message, finish, completion if body.logprobs else None)
+            for index, (completion, (message, finish, _)) in enumerate(zip(completions, answers))
+        ]
         response_id = "chatcmpl-" + secrets.token_hex(12)
         if record is not None:
             async with _appending(record):
@@ -434,10 +439,6 @@ def create_app(
                         Turn(prompt.identities, prompt.tools_key, prompt.text, message.identity(), place.thread)
                     )
                 await persist(record, first, response_id, reflagged)
-        choices = [
-            _choice(model, index, message, finish, completion if body.logprobs else None)
-            for index, (completion, (message, finish, _)) in enumerate(zip(completions, answers))
-        ]
         completion_tokens = sum(len(c.ids) for c in completions)
         usage = {
             "prompt_tokens": len(prompt_ids),
@@ -470,11 +471,14 @@ def _rendered_reply(
         )
     except TEMPLATE_ERRORS as exc:
         raise PromptError(f"the chat template cannot render the reply: {type(exc).__name__}: {exc}") from None
-    eos = policy.tokenizer.eos_token or ""
-    end = full.rfind(eos, len(head)) if eos else -1
-    if not full.startswith(head) or end < 0:
+    # the turn ends at its first end-of-turn token, which need not be the tokenizer's eos_token: a ChatML base
+    # model whose eos is <|endoftext|> (Qwen2.5's) ends its turns with <|im_end|>
+    tokens = {policy.decode([i]) for i in policy.eos_ids} - {""}
+    ends = [(at, len(token)) for token in tokens if (at := full.find(token, len(head))) >= 0]
+    if not full.startswith(head) or not ends:
         raise APIError(400, "reply: the chat template does not render it after the conversation", param="reply")
-    return policy.encode(full[len(head) : end + len(eos)])
+    at, length = min(ends)
+    return policy.encode(full[len(head) : at + length])
 
 
 def _forced_prefix(policy: Policy, body: ChatRequest) -> str:
@@ -626,8 +630,9 @@ def _assistant_message(
 ) -> tuple[Message, str, str | None]:
     """The OpenAI assistant message for a completion, its finish_reason, and any tool-call error."""
     text = policy.decode(completion.ids, skip_special=True)
-    if completion.stop_text and (cut := text.find(completion.stop_text)) >= 0:
-        text = text[:cut]
+    if completion.stop_text:  # cut at the earliest stop string, as OpenAI and vLLM do, whichever the engine named
+        cuts = [at for s in {completion.stop_text, *body.stops()} if (at := text.find(s)) >= 0]
+        text = text[: min(cuts, default=len(text))]
     text = forced + text
     if body.tool_choice == "none":
         return Message(role="assistant", content=text), completion.finish_reason, None

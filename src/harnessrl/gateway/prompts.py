@@ -17,6 +17,7 @@ rendered fresh and the call starts a new sequence — never a silent misalignmen
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 
 from jinja2 import TemplateError
@@ -25,7 +26,9 @@ from harnessrl.gateway.schema import Message
 from harnessrl.policy import Policy
 from harnessrl.types import Call
 
-_SENTINEL = "\x1fharnessrl-assistant-turn\x1f"
+# letters and a random hex tag only: templates render content | trim (Llama 3, Gemma), and Python's and Jinja's
+# trim strip \x1f-style control characters as whitespace, so a stand-in holding any would lose its ends
+_SENTINEL = "HarnessrlAssistantTurn" + secrets.token_hex(8)
 # what a chat template raises on data it cannot render (jinja errors, filters given the wrong type, ...)
 TEMPLATE_ERRORS = (TemplateError, TypeError, ValueError, KeyError, AttributeError, RecursionError)
 

@@ -125,8 +125,10 @@ class Engine:
         prefill_budget: int = 16384,
         prefill_share: float | None = 0.5,
         prefix_cache: int = 0,
+        vocab: int | None = None,
     ):
         self.model = model
+        self.vocab = vocab  # the tokenizer's size: ids from there on are never sampled (sampling.sample_next)
         self.eos_ids = eos_ids
         self.decode = decode  # ids -> text, used for stop strings only
         self.max_batch = max_batch
@@ -406,7 +408,7 @@ class Engine:
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
         temperature = torch.tensor([r.params.temperature for r in rows])
         top_p = torch.tensor([r.params.top_p for r in rows])
-        ids, logprobs = sample_next(logits, temperature, top_p, [r.generator for r in rows])
+        ids, logprobs = sample_next(logits, temperature, top_p, [r.generator for r in rows], self.vocab)
         for r, token, lp in zip(rows, ids.tolist(), logprobs.tolist()):
             r.ids.append(token)
             r.logprobs.append(lp)
@@ -428,7 +430,9 @@ class Engine:
     def _stop_hit(self, r: _Row) -> str | None:
         # a stop string completed by the newest token lies within the last few tokens' text
         tail = self.decode(r.ids[-(4 * max(map(len, r.params.stop)) + 4) :])
-        return next((s for s in r.params.stop if s in tail), None)
+        # of several, the one that starts first (OpenAI and vLLM cut there), not the first listed
+        hits = [(at, s) for s in r.params.stop if (at := tail.find(s)) >= 0]
+        return min(hits)[1] if hits else None
 
     def _resolve(self, rows: list[_Row], kv: list) -> None:
         """Resolve rows that finished (keeping their KV for later prompts) and rows whose caller cancelled;

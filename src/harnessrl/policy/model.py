@@ -49,7 +49,7 @@ class Policy:
         self.context = model.config.max_position_embeddings
         self.eos_ids = _eos_ids(model, tokenizer)
         if vllm_url is None:
-            self.engine = Engine(model, self.eos_ids, self.decode, max_batch=max_batch)
+            self.engine = Engine(model, self.eos_ids, self.decode, max_batch=max_batch, vocab=len(tokenizer))
         else:  # generation on an external vLLM server, synced from the trainer (policy/vllm.py)
             from harnessrl.policy.vllm import VLLMEngine
 
@@ -116,13 +116,17 @@ class Policy:
     def token_bytes(self, token_id: int) -> list[int]:
         """The raw bytes one token stands for (OpenAI's `logprobs.content[].bytes`, which clients join to rebuild
         characters split across tokens): a byte-level BPE piece through its byte alphabet, a byte-fallback piece
-        `<0xNN>` as its byte, any other token its text's UTF-8 (decoding one token alone gives U+FFFD for part of a
-        character)."""
+        `<0xNN>` as its byte, a SentencePiece piece with its "▁" as a space, any other token its text's UTF-8
+        (decoding one token alone gives U+FFFD for part of a character, and drops a word-initial "▁")."""
         piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if piece is None:  # an embedding row past the tokenizer (never sampled here; another server's reply): no text
+            return []
         if self._byte_of is not None and all(c in self._byte_of for c in piece):
             return [self._byte_of[c] for c in piece]
         if byte := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece):
             return [int(byte[1], 16)]
+        if self._metaspace:
+            return list(piece.replace("▁", " ").encode())
         return list(self.decode([token_id]).encode())
 
     @functools.cached_property
@@ -130,6 +134,13 @@ class Policy:
         """A byte-level BPE tokenizer's alphabet (character -> byte); None for other tokenizers."""
         decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
         return {c: b for b, c in bytes_to_unicode().items()} if "ByteLevel" in repr(decoder) else None
+
+    @functools.cached_property
+    def _metaspace(self) -> bool:
+        """Whether the tokenizer writes a space as "▁" in its pieces (SentencePiece: Llama 2, Gemma, Mistral):
+        its decoder is a Metaspace or replaces "▁" with a space."""
+        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
+        return "▁" in repr(decoder)
 
     def close(self) -> None:
         self.engine.close()

@@ -10,6 +10,7 @@ def sampling_logprobs(
     temperature: torch.Tensor,
     top_p: torch.Tensor,
     keep: torch.Tensor | None = None,
+    vocab: int | None = None,
 ) -> torch.Tensor:
     """Log-probabilities (N, V) of the distribution a row samples from: softmax(logits / T) cut to its top-p nucleus.
 
@@ -20,8 +21,10 @@ def sampling_logprobs(
     `keep` (N,) names one token per row that stays in the nucleus whatever its rank: the trainer passes
     the sampled token, so a token that later weights push out of the nucleus gets a small probability
     instead of -inf (on policy it is in the nucleus anyway, and the result is the sampler's exactly).
+    `vocab`: the tokenizer's size; ids from there on (embedding rows no token maps to) get no probability.
     The mask is chosen without gradient.
     """
+    logits = _within(logits, vocab)
     # dividing by a subnormal temperature overflows to inf (NaN logprobs); at 1e-6 the distribution is
     # already a point mass on the argmax unless two logits lie within ~1e-5 of each other
     scale = torch.where(temperature > 0, temperature.float().clamp_min(1e-6), torch.ones_like(temperature).float())
@@ -44,15 +47,17 @@ def sample_next(
     temperature: torch.Tensor,
     top_p: torch.Tensor,
     generators: list[torch.Generator | None],
+    vocab: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return (ids (B,), logprobs (B,)).
 
     Row b samples from `sampling_logprobs` (temperature- and top-p-adjusted); the returned logprob is
     taken under that same distribution, so an importance ratio against it is exact. temperature 0 means
     greedy: the argmax, with logprob 0.0 (a point mass). Each row draws from its own generator when
-    given one, so a seeded request samples the same tokens whatever else shares its batch.
+    given one, so a seeded request samples the same tokens whatever else shares its batch. Ids from `vocab`
+    on are never drawn (see `sampling_logprobs`).
     """
-    logits = logits.float()  # (B, V)
+    logits = _within(logits.float(), vocab)  # (B, V)
     greedy = temperature <= 0
     logp = sampling_logprobs(logits, temperature, top_p)
     # inverse-CDF draw: one uniform per row, from the row's own generator when it has one
@@ -71,3 +76,12 @@ def sample_next(
     ids = torch.where(greedy, logits.argmax(-1), ids)
     chosen = logp.gather(-1, ids[:, None]).squeeze(-1)
     return ids, torch.where(greedy, torch.zeros_like(chosen), chosen)
+
+
+def _within(logits: torch.Tensor, vocab: int | None) -> torch.Tensor:
+    """`logits` with the ids from `vocab` on at -inf. Qwen2.5 embeds 151,936 rows for 151,665 tokens: an id past the
+    tokenizer has no text, so it must never be sampled, and the trainer must score the same distribution. With as
+    many rows as tokens, or fewer (Gemma 3's added tokens lie past its rows), the logits are returned as they are."""
+    if vocab is None or vocab >= logits.shape[-1]:
+        return logits
+    return logits.masked_fill(torch.arange(logits.shape[-1], device=logits.device) >= vocab, float("-inf"))

@@ -79,7 +79,8 @@ class Hermes(ToolFormat):
     def split(self, text: str) -> Split:
         """Each block runs from its open tag through the JSON value after it (read as JSON, so a string holding
         `</tool_call>`, e.g. code, stays whole) to the close tag; a block that is no JSON runs to the next close tag
-        and fails as bad JSON when parsed."""
+        and fails as bad JSON when parsed. The last block's close tag may be missing when its JSON is whole and
+        only whitespace follows: a stop string `</tool_call>` cut it, or the model ended its turn there."""
         if self.OPEN not in text:
             return Split(text, [])
         blocks, content, at = [], [], 0
@@ -94,9 +95,12 @@ class Hermes(ToolFormat):
                 if end < 0:
                     return Split(text, [], f"unterminated {self.OPEN} block")
             close = len(text) - len(text[end:].lstrip())
-            if not text.startswith(self.CLOSE, close):
-                return Split(text, [], f"unterminated {self.OPEN} block")
             blocks.append(text[body:end].rstrip())
+            if close == len(text):  # the JSON ends the text
+                at = close
+                break
+            if not text.startswith(self.CLOSE, close):  # a stray "}", or words before the close tag
+                return Split(text, [], f"tool call {len(blocks) - 1}: text after the call's JSON")
             at = close + len(self.CLOSE)
         content.append(text[at:])
         return Split("".join(content).strip() or None, blocks)
@@ -122,6 +126,8 @@ class Llama3Json(ToolFormat):
             try:
                 _, end = self._DECODER.raw_decode(body, at)
             except json.JSONDecodeError as exc:
+                if blocks and not body.startswith("{", at):  # a stray "}" or words after a call: not a call of its own
+                    return Split(text, [], f"tool call {len(blocks) - 1}: text after the call's JSON")
                 return Split(text, [], f"tool call {len(blocks)}: bad JSON: {exc.msg} at char {exc.pos}")
             blocks.append(body[at:end])
             at = self._SEPARATOR.match(body, end).end()

@@ -113,25 +113,25 @@ def tail_logits(model, mb: MicroBatch) -> torch.Tensor:
 
 
 def tail_logprobs(
-    model, mb: MicroBatch, sampled: bool = False, with_entropy_grad: bool = False
+    model, mb: MicroBatch, sampled: bool = False, with_entropy_grad: bool = False, vocab: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (B, T - 1) as `losses.token_logprobs` lays them out, 0 off the loss mask.
 
     Only the positions that score a loss token go through the vocabulary projection and the
     log-softmax: in agent episodes most tail tokens are tool results and prompts (the search job's
     SFT: 11 % loss tokens). `sampled` scores the distribution each token was sampled from
-    (`mb.temperature`, `mb.top_p`); otherwise the model's own softmax. The transformer body runs under
-    whatever autocast the caller set; the projection and the softmax in fp32 outside it, so bf16
-    training perturbs the logprobs only through the body's hidden states (the sampler runs the whole
-    model in fp32).
+    (`mb.temperature`, `mb.top_p`, and no id from `vocab` on, as the sampler); otherwise the model's own
+    softmax. The transformer body runs under whatever autocast the caller set; the projection and the
+    softmax in fp32 outside it, so bf16 training perturbs the logprobs only through the body's hidden
+    states (the sampler runs the whole model in fp32).
     """
     hidden = _tail_hidden(model, mb)
     where = mb.mask > 0  # (B, T - 1): position t scores tail token t + 1
-    sampling = (mb.temperature[where], mb.top_p[where]) if sampled else ()
+    sampling = {"temperature": mb.temperature[where], "top_p": mb.top_p[where], "vocab": vocab} if sampled else {}
     with torch.autocast(hidden.device.type, enabled=False):
         logits = model.get_output_embeddings()(hidden[:, :-1][where].float())  # (N, V)
         logp, entropy = losses.row_logprobs(
-            logits, mb.ids[:, 1:][where], *sampling, with_entropy_grad=with_entropy_grad
+            logits, mb.ids[:, 1:][where], **sampling, with_entropy_grad=with_entropy_grad
         )
 
     def spread(values: torch.Tensor) -> torch.Tensor:

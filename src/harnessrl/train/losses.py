@@ -46,12 +46,14 @@ def row_logprobs(
     temperature: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     with_entropy_grad: bool = False,
+    vocab: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (N,): the log-probability of each row's target under its logits (N, V).
 
     With `temperature` and `top_p` ((N,), how each token was sampled), pi is the distribution
     the sampler drew from (policy.sampling.sampling_logprobs: softmax(logits / T) cut to the top-p
-    nucleus, the scored token always kept), so the ratio against the recorded logprob is 1 on policy.
+    nucleus, the scored token always kept, no id from `vocab` on), so the ratio against the recorded logprob
+    is 1 on policy.
     Without them it is the model's own softmax (SFT, T = 1). The entropy is that distribution's, in fp32,
     differentiable only with `with_entropy_grad` (an entropy term in the loss).
     """
@@ -61,7 +63,7 @@ def row_logprobs(
     else:
         temperature = torch.ones(len(targets)) if temperature is None else temperature
         top_p = torch.ones(len(targets)) if top_p is None else top_p
-        logp_all = sampling_logprobs(logits, temperature, top_p, keep=targets)
+        logp_all = sampling_logprobs(logits, temperature, top_p, keep=targets, vocab=vocab)
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     if with_entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
         kept = torch.isfinite(logp_all)  # outside the nucleus: p = 0 and no gradient (entr's is inf x 0 there)

@@ -58,6 +58,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         self.tokenizer, self.policy, self.run_dir = tokenizer, policy, run_dir
+        # the sampler never draws an embedding row past the tokenizer (policy.sampling): RL scores the same distribution
+        self.vocab = len(tokenizer) if tokenizer is not None else None
         # eval mode throughout: dropout off in every logprob pass (loss and proximal), gradients flow all the same
         self.model = copy.deepcopy(model).eval()
         self._plain = None  # a plain copy to write merged LoRA weights into
@@ -236,7 +238,9 @@ class Trainer:
         for i, mb in enumerate(micro):
             bonus = cfg.entropy_coef if rl else 0.0
             with self._autocast():  # RL scores the distribution each token was sampled from; SFT the model's own
-                logp, entropy = tail_logprobs(self.model, mb, sampled=rl, with_entropy_grad=bool(bonus))  # (B, T-1)
+                logp, entropy = tail_logprobs(  # (B, T-1)
+                    self.model, mb, sampled=rl, with_entropy_grad=bool(bonus), vocab=self.vocab
+                )
             mask = mb.mask * mb.sampled if rl else mb.mask
             if not rl:
                 per_token, ratio, weight, kl = -logp * (1 + (cfg.name_weight - 1) * mb.names), None, None, None
@@ -289,7 +293,7 @@ class Trainer:
     def _logprobs(self, model, mb: MicroBatch) -> torch.Tensor:
         """The sampling distribution's logprobs under `model` (the proximal policy or the reference)."""
         with self._autocast():
-            return tail_logprobs(model, mb, sampled=True)[0]
+            return tail_logprobs(model, mb, sampled=True, vocab=self.vocab)[0]
 
     def _autocast(self):
         return precision.autocast(self.precision)
