@@ -59,22 +59,24 @@ async def test_text_before_the_end_of_turn_is_not_repeated_after_a_sampled_end_o
     assert second.prompt_ids == policy.encode(policy.render(follow_up, None, generation_prompt=True))
 
 
-@pytest.mark.parametrize("gateway_with", [TRIMS_REPLIES], indirect=True)
-async def test_a_template_that_trims_replies_still_extends_the_earlier_call(gateway_with):
-    """The stand-in turn holds no character that `trim` strips (a control character would be): it keeps its ends
-    under `content | trim`, so the next turn still extends the call token-exactly."""
-    policy, gateway = gateway_with
+async def _two_turns(gateway):
+    """The calls of a conversation of two turns (a question, then a follow-up carrying the first reply), and the
+    follow-up's messages."""
     episode_id, key = await gateway.create_episode()
     llm = gateway.openai(key)
     question = [{"role": "user", "content": "Weather?"}]
     r = await llm.chat.completions.create(model="tiny", messages=question, max_tokens=6, seed=1)
-    follow_up = [
-        *question,
-        {"role": "assistant", "content": r.choices[0].message.content},
-        {"role": "user", "content": "ok"},
-    ]
-    await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=2)
-    first, second = (await gateway.episode(episode_id)).calls
+    reply = {"role": "assistant", "content": r.choices[0].message.content}
+    follow_up = [*question, reply, {"role": "user", "content": "ok"}]
+    await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=2, seed=2)
+    return (await gateway.episode(episode_id)).calls, follow_up
+
+
+@pytest.mark.parametrize("gateway_with", [TRIMS_REPLIES], indirect=True)
+async def test_a_template_that_trims_replies_still_extends_the_earlier_call(gateway_with):
+    """The stand-in turn holds no character that `trim` strips (a control character would be): it keeps its ends
+    under `content | trim`, so the next turn still extends the call token-exactly."""
+    (first, second), _ = await _two_turns(gateway_with[1])
     assert second.extends_call == 0
     assert (
         second.prompt_ids[: len(first.prompt_ids) + len(first.completion_ids)]
@@ -85,17 +87,6 @@ async def test_a_template_that_trims_replies_still_extends_the_earlier_call(gate
 @pytest.mark.parametrize("gateway_with", [REFUSES_A_LAST_ASSISTANT_TURN], indirect=True)
 async def test_a_template_that_raises_on_extension_starts_a_new_sequence(gateway_with):
     policy, gateway = gateway_with
-    episode_id, key = await gateway.create_episode()
-    llm = gateway.openai(key)
-    messages = [{"role": "user", "content": "Weather?"}]
-    r = await llm.chat.completions.create(model="tiny", messages=messages, max_tokens=4, seed=1)
-    follow_up = [
-        *messages,
-        {"role": "assistant", "content": r.choices[0].message.content},
-        {"role": "user", "content": "ok"},
-    ]
-    again = await llm.chat.completions.create(model="tiny", messages=follow_up, max_tokens=4, seed=2)
-    assert again.choices[0].message is not None  # a 200, not a 500
-    first, second = (await gateway.episode(episode_id)).calls
+    (first, second), follow_up = await _two_turns(gateway)  # the second a 200, not a 500
     assert second.extends_call is None  # a fresh render, never a silent misalignment
     assert second.prompt_ids == policy.encode(policy.render(follow_up, None, generation_prompt=True))
