@@ -131,11 +131,13 @@ async def test_an_episode_its_gateway_expired_is_a_failed_episode_not_a_crash(tm
     from harnessrl.loop.store import Store
 
     recorder = Store(tmp_path / "t.db") if store else None
-    app = create_app(Policy.load("tiny"), ADMIN, recorder=recorder, session_ttl=0.2)
+    # a TTL the idle episodes pass 3 times over, and the others' gaps between calls never near (0.2 s expired one
+    # of them once, its worker beside a heavy test under the AVX2 settings)
+    app = create_app(Policy.load("tiny"), ADMIN, recorder=recorder, session_ttl=0.6)
     reward = Reward([weighted("answered", lambda e: float(bool(e.outcome.answer)))])
     async with app.router.lifespan_context(app):
         engine = RolloutEngine(GatewayClient(ADMIN, app=app), harness, reward, RolloutConfig(group_size=2))
-        idle = await engine.group(Task(id="idle", prompt="Time in Oslo?", data={"idle": 1.0}))
+        idle = await engine.group(Task(id="idle", prompt="Time in Oslo?", data={"idle": 1.8}))
         ok = await engine.group(Task(id="ok", prompt="Time in Oslo?"))
     assert all(e.status == "failed" and e.reward.total == -1.0 for e in idle)
     reasons = {e.failure_reason for e in idle}

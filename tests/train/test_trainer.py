@@ -498,6 +498,8 @@ def test_an_update_whose_loss_is_not_finite_is_skipped_and_pushes_nothing(fresh_
     partial_ = trainer.rl_step(groups)
     assert partial_["optim/nonfinite_steps"] == 1 and partial_["optim/steps"] == 1 and fresh_policy.version == 1
     assert all(torch.isfinite(p).all() for p in fresh_policy.model.parameters())
+    logged = [v for k, v in partial_.items() if k.startswith(("loss/", "policy/")) and isinstance(v, float)]
+    assert logged and all(math.isfinite(v) for v in logged)  # the step it took, not the skipped one's NaN
 
 
 def test_decoupled_kl_bias_correction_weights_the_kl_by_pi_over_the_behaviour_policy(fresh_policy):

@@ -506,7 +506,8 @@ class Place:
 
 
 def _place(body: ChatRequest, record: EpisodeRecord | None) -> Place:
-    """The call's place from `metadata` (other keys are the agent's own, as OpenAI allows, and ignored)."""
+    """The call's place from `metadata`: agent, lineage, trainable, parent and parent_choice (other keys are the
+    agent's own, as OpenAI allows, and ignored)."""
     meta = body.metadata or {}
     place = Place(meta.get("agent") or (record.agent if record else "main"), record.trainable if record else True)
     place.lineage = meta.get("lineage") or None

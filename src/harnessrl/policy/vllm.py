@@ -83,6 +83,10 @@ def _alive(pid: int) -> bool:
 
 
 class VLLMEngine:
+    # a vLLM server samples every embedding row, those past the tokenizer too (the in-process sampler never does):
+    # the trainer then scores every row as well (`Trainer.vocab`)
+    spare_rows = True
+
     def __init__(
         self, url: str, model, eos_ids: set[int], sync_dir: Path, tolerance: float = 2e-2, timeout: float = 600.0
     ):

@@ -101,7 +101,7 @@ class Reward:
             if t.cap is not None:
                 terms[t.name] = min(terms[t.name], terms[t.cap])
         total = sum(terms.values())
-        if self.clamp is not None:  # in every breakdown, 0 included: `reward/clamp` is then a mean over all episodes
+        if self.clamp is not None:  # in every breakdown, 0 included: `reward/clamp` is a mean over the scored episodes
             clamped = min(max(total, self.clamp[0]), self.clamp[1])
             terms["clamp"], total = clamped - total, clamped
         flags = [t.name for t in self.terms if t.flag and raw[t.name] != 0]

@@ -58,8 +58,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         self.tokenizer, self.policy, self.run_dir = tokenizer, policy, run_dir
-        # the sampler never draws an embedding row past the tokenizer (policy.sampling): RL scores the same distribution
-        self.vocab = len(tokenizer) if tokenizer is not None else None
+        # the in-process sampler never draws an embedding row past the tokenizer (policy.sampling): RL scores the same
+        # distribution; a vLLM server draws from every row, so then does the trainer
+        spare_rows = getattr(getattr(policy, "engine", None), "spare_rows", False)
+        self.vocab = len(tokenizer) if tokenizer is not None and not spare_rows else None
         # eval mode throughout: dropout off in every logprob pass (loss and proximal), gradients flow all the same
         self.model = copy.deepcopy(model).eval()
         self._plain = None  # a plain copy to write merged LoRA weights into
@@ -201,7 +203,7 @@ class Trainer:
 
         # log
         seconds = time.perf_counter() - started
-        metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy", steps=len(prepared)))
+        metrics.update(stats.summary(prefix="loss/sft" if not rl else "loss/policy", steps=len(taken)))
         metrics.update({
             "step": self.step,
             "policy_version": new_version,
@@ -231,10 +233,11 @@ class Trainer:
 
     def _descend(self, micro, prox, ref, num_sequences: int, num_tokens: int, rl: bool, stats, version: int) -> float:
         """One optimizer step: the loss accumulated over micro-batches with step-wide normalisers; the grad norm,
-        NaN when the loss or the gradient was not finite and the step was skipped."""
+        NaN when the loss or the gradient was not finite and the step was skipped (its statistics then left out of
+        `stats`, so a partly skipped update logs the steps it took)."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        total = 0.0
+        kept, stats = stats, _Stats()
         for i, mb in enumerate(micro):
             bonus = cfg.entropy_coef if rl else 0.0
             with self._autocast():  # RL scores the distribution each token was sampled from; SFT the model's own
@@ -279,14 +282,14 @@ class Trainer:
                 per_token, mask, cfg.aggregation if rl else "token", num_sequences, num_tokens, cfg.norm_tokens
             )
             loss.backward()
-            total += float(loss.detach())
             sampled = mb.mask * mb.sampled if rl else mask  # statistics of sampled tokens: a demonstration has no ratio
             stats.add(loss, logp, entropy.detach(), mb, sampled, ratio, weight, kl, version if rl else -1, cfg)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip or math.inf))
-        if not (math.isfinite(total) and math.isfinite(grad_norm)):  # one NaN would make every weight (and moment) NaN
+        if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):  # one NaN would make every weight NaN
             self.optimizer.zero_grad(set_to_none=True)
             return math.nan
         self.optimizer.step()
+        kept.merge(stats)
         return grad_norm
 
     @torch.no_grad()
@@ -423,6 +426,16 @@ class _Stats:
         if picked.numel():
             self.mins[key] = min(self.mins.get(key, math.inf), float(picked.min()))
             self.maxs[key] = max(self.maxs.get(key, -math.inf), float(picked.max()))
+
+    def merge(self, other: _Stats) -> None:
+        """Take in another's sums (one optimizer step's)."""
+        self.loss += other.loss
+        for key, value in other.sums.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        for key, value in other.mins.items():
+            self.mins[key] = min(self.mins.get(key, math.inf), value)
+        for key, value in other.maxs.items():
+            self.maxs[key] = max(self.maxs.get(key, -math.inf), value)
 
     def add(self, loss, logp, entropy, mb, mask, ratio, weight, kl, version, cfg) -> None:
         self.loss += float(loss.detach())

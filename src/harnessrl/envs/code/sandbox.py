@@ -148,8 +148,8 @@ def _listing(workspace: Path) -> dict[str, tuple[int, int]]:
 
 def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int) -> int:
     """The bytes the run added to the workspace (its `before` listing) where over `cap` (0 otherwise), after
-    removing the files the run wrote (new or changed), largest first, until it is under the cap: the project's
-    own files, even where they alone pass the cap, are never removed."""
+    removing the files the run wrote (new or changed: a project file the run rewrote among them), largest first,
+    until it is under the cap: files the run left untouched are never removed, even where they alone pass the cap."""
     after = _listing(workspace)
     grown = added = sum(size for size, _ in after.values()) - sum(size for size, _ in before.values())
     if grown <= cap:

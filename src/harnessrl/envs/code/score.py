@@ -95,9 +95,9 @@ def pytest_collection(session):  # the last moment before any tested code is imp
     _state["hooks"] = _hooks()
 
 
-def pytest_plugin_registered(plugin, plugin_name, manager):
+def pytest_plugin_registered(plugin, manager):  # (plugin_name arrived in pytest 8.1)
     if "hooks" in _state:  # a plugin registered once collection began: the tested code's
-        _state["tampered"].add(f"plugin {plugin_name} registered")
+        _state["tampered"].add(f"plugin {manager.get_name(plugin)} registered")
 
 
 def pytest_runtest_logreport(report):
