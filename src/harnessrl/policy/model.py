@@ -130,17 +130,20 @@ class Policy:
         return list(self.decode([token_id]).encode())
 
     @functools.cached_property
+    def _decoder(self) -> str:
+        """The fast tokenizer's decoder, as text ("" for a slow tokenizer): what its pieces spell."""
+        return repr(getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None) or "")
+
+    @functools.cached_property
     def _byte_of(self) -> dict[str, int] | None:
         """A byte-level BPE tokenizer's alphabet (character -> byte); None for other tokenizers."""
-        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
-        return {c: b for b, c in bytes_to_unicode().items()} if "ByteLevel" in repr(decoder) else None
+        return {c: b for b, c in bytes_to_unicode().items()} if "ByteLevel" in self._decoder else None
 
     @functools.cached_property
     def _metaspace(self) -> bool:
         """Whether the tokenizer writes a space as "▁" in its pieces (SentencePiece: Llama 2, Gemma, Mistral):
         its decoder is a Metaspace or replaces "▁" with a space."""
-        decoder = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "decoder", None)
-        return "▁" in repr(decoder)
+        return "▁" in self._decoder
 
     def close(self) -> None:
         self.engine.close()

@@ -105,7 +105,7 @@ def run(
         **(env or {}),
         "HARNESSRL_SANDBOX": marker,
     }
-    before = _listing(workspace) if limits.workspace_mb else {}  # the cap is on what the run adds
+    before = listing(workspace) if limits.workspace_mb else {}  # the cap is on what the run adds
     started = time.monotonic()
     # stdin is a pipe, not a file: once the command has read it, it is empty for code that opens it again
     # through /proc/1/fd/0 (bwrap's init keeps a copy; the scoring run's nonce travels there)
@@ -136,7 +136,7 @@ def run(
     return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(grown))
 
 
-def _listing(workspace: Path) -> dict[str, tuple[int, int]]:
+def listing(workspace: Path) -> dict[str, tuple[int, int]]:
     """Each file under the workspace (links never followed, not even read): its size and modification time."""
     found = {}
     for folder, _, names in os.walk(workspace):
@@ -150,7 +150,7 @@ def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: in
     """The bytes the run added to the workspace (its `before` listing) where over `cap` (0 otherwise), after
     removing the files the run wrote (new or changed: a project file the run rewrote among them), largest first,
     until it is under the cap: files the run left untouched are never removed, even where they alone pass the cap."""
-    after = _listing(workspace)
+    after = listing(workspace)
     grown = added = sum(size for size, _ in after.values()) - sum(size for size, _ in before.values())
     if grown <= cap:
         return 0

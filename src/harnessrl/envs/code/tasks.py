@@ -16,14 +16,13 @@ an issue text is a task. Nothing but repo/ (copied) is ever mounted where the ag
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harnessrl.envs.code.sandbox import WORKSPACE_MB
+from harnessrl.envs.code.sandbox import WORKSPACE_MB, listing
 from harnessrl.types import Task, first_error
 
 # paths that configure or hold tests: never taken from the agent's workspace into the scoring copy
@@ -74,7 +73,9 @@ def load_task(folder: Path) -> CodeTask:
     for part in ("repo", "hidden"):
         if not (folder / part).is_dir():
             raise TaskFormatError(f"{folder / part}: missing (a task folder has task.json, repo/ and hidden/)")
-    if (size := _bytes(folder / "repo")) > WORKSPACE_MB * 1024**2:  # each episode copies it, its runs may add the cap
+    if (
+        size := sum(n for n, _ in listing(folder / "repo").values())
+    ) > WORKSPACE_MB * 1024**2:  # each episode copies it, its runs may add the cap
         raise TaskFormatError(f"{folder / 'repo'}: {size} bytes, over the {WORKSPACE_MB} MiB a workspace may hold")
     if conftest := sorted((folder / "hidden").rglob("conftest.py")):
         raise TaskFormatError(
@@ -154,8 +155,3 @@ def _bases(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.Cla
                 found.append(local)
                 queue.append(local)
     return found
-
-
-def _bytes(folder: Path) -> int:
-    """The sizes of the files under `folder` (links never followed)."""
-    return sum(os.lstat(os.path.join(top, name)).st_size for top, _, names in os.walk(folder) for name in names)
