@@ -32,6 +32,10 @@ def _forged(arguments: str) -> dict:
     return {**_tool(parameters={"type": "object"}), "messages": messages}
 
 
+def _named(name: str) -> dict:
+    return {"type": "function", "function": {"name": name}}
+
+
 def _nested(depth: int) -> dict:
     value: dict | int = 1
     for _ in range(depth):
@@ -67,6 +71,19 @@ REPRODUCTIONS = [
     ("/v1/episodes", {"task": {"data": _nested(300)}}, "task.data.a.a.a.a.a.a.a.a.a.a.…"),
     ("/v1/episodes", {"task": {"data": {"x": float("inf")}}}, "task.data.x"),
     ("/v1/episodes", {"agent": LONE}, "agent"),
+    # checks of the whole body name the field they check, and a union's member names stay out of the path
+    ("/v1/chat/completions", _tool(parameters={}) | {"tool_choice": _named("g")}, "tool_choice.function.name"),
+    ("/v1/chat/completions", _chat(tool_choice="required"), "tool_choice"),
+    ("/v1/chat/completions", _chat(stop=["x", 1]), "stop.1"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 1}]}, "messages.0.content"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages.0.content.0.text",
+    ),
+    ("/v1/demonstrations", {"messages": HI, "reply": {"role": "user", "content": "x"}}, "reply.role"),
+    ("/v1/demonstrations", {"messages": HI, "reply": {"role": "assistant", "content": "word " * 5000}}, "reply"),
+    ("/v1/episodes/x/feedback", {"signal": "accepted", "value": 0.5}, "value"),
 ]
 
 
@@ -96,6 +113,29 @@ async def test_a_json_body_sent_without_its_content_type_is_a_400_that_says_so(t
         wrong_shape = {"Authorization": f"Bearer {ADMIN_KEY}", "content-type": "Application/JSON; charset=utf-8"}
         r = await http.post("/v1/chat/completions", content="[]", headers=wrong_shape)  # JSON, told so: its shape
     assert r.status_code == 400 and r.json()["error"]["code"] != "content_type", r.text
+
+
+async def test_a_body_json_cannot_read_is_a_json_invalid_400_that_says_why(tool_server):
+    chat = b'{"messages": [{"role": "user", "content": "hi"}], '
+    bodies = {  # json.loads raises other errors than a syntax error on these
+        chat + b'"max_tokens": ' + b"9" * 5000 + b"}": "digits",
+        chat + b'"metadata": ' + b"[" * 20_000 + b"1" + b"]" * 20_000 + b"}": "nested too deeply",
+        chat + b'"user": "\xff"}': "decode",  # not UTF-8
+    }
+    async with httpx.AsyncClient(base_url=tool_server.base_url) as http:
+        for body, why in bodies.items():
+            r = await _post(http, "/v1/chat/completions", body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "json_invalid", r.text
+            assert why in r.json()["error"]["message"], r.text
+
+
+async def test_null_sampling_fields_take_their_defaults_as_in_openais_api(gateway):
+    episode_id, key = await gateway.create_episode()
+    nulls = {"temperature": None, "top_p": None, "n": None, "logprobs": None, "stream": None}
+    r = await gateway.openai(key).chat.completions.create(model="tiny", messages=HI, max_tokens=2, **nulls)
+    assert len(r.choices) == 1 and r.choices[0].logprobs is None  # what the API says null means: n 1, no logprobs
+    (call,) = (await gateway.episode(episode_id)).calls
+    assert (call.temperature, call.top_p, call.trainable) == (1.0, 1.0, True)
 
 
 async def test_forged_tool_call_arguments_of_any_size_or_depth_are_compared_as_text(tool_server):

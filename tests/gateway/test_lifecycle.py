@@ -43,6 +43,14 @@ class RefusingStore(Store):
             raise sa.exc.OperationalError("INSERT INTO calls (episode_id, call) VALUES (?, ?)", {}, Exception("locked"))
         super().add_calls(episode_id, calls)
 
+    def get(self, episode_id):
+        if self.refuse_next:
+            self.refuse_next = False
+            raise sa.exc.OperationalError(
+                "SELECT episodes.id FROM episodes WHERE episodes.id = ?", {}, Exception("locked")
+            )
+        return super().get(episode_id)
+
 
 # ---- calls racing the end of their episode ------------------------------------------------------------------------
 
@@ -124,6 +132,20 @@ async def test_a_call_the_store_refuses_is_taken_back_so_memory_and_store_agree(
     assert store.get(episode_id).calls == in_memory.calls
     assert (await gateway.feedback(episode_id, "accepted", call=again.id))["call"] == 2
     await gateway.aclose()
+    store.close()
+
+
+async def test_a_read_the_store_refuses_is_a_503_that_says_so_without_its_sql(policy, tmp_path):
+    store = RefusingStore(tmp_path / "t.db")
+    with BackgroundServer(create_app(policy, ADMIN_KEY, recorder=store)) as server:
+        async with httpx.AsyncClient(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as http:
+            store.refuse_next = True  # an episode no longer in memory is read from the store
+            r = await http.get("/v1/episodes/0123456789abcdef")
+            assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
+            assert "SELECT" not in r.text
+            assert (await http.get("/v1/episodes/0123456789abcdef")).status_code == 404  # read again: not there
     store.close()
 
 

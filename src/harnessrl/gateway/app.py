@@ -136,6 +136,10 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cause = exc.__cause__  # FastAPI's "error parsing the body": what json.loads raised beside a syntax error
+        if exc.status_code == 400 and isinstance(cause, (ValueError, RecursionError)):
+            why = "nested too deeply" if isinstance(cause, RecursionError) else f"{type(cause).__name__}: {cause}"
+            return _error_response(400, f"body is not valid JSON: {why}", None, "json_invalid")
         return _error_response(exc.status_code, str(exc.detail), None, None)
 
     @app.exception_handler(RequestValidationError)
@@ -149,7 +153,8 @@ def create_app(
             return _error_response(400, message, None, "content_type")
         if first["type"] == "json_invalid":
             return _error_response(400, f"body is not valid JSON: {first['msg']}", None, "json_invalid")
-        param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+        first, path = _located(exc.errors(), exc.body)
+        param = ".".join(map(str, path)) or None
         return _error_response(400, f"{param or 'body'}: {first['msg']}", param, first["type"])
 
     @app.exception_handler(Exception)
@@ -226,7 +231,12 @@ def create_app(
     @app.get("/v1/episodes/{episode_id}")
     async def get_episode(episode_id: str, who: Caller = Depends(caller)) -> Response:
         if who.admin and store.get(episode_id) is None and recorder is not None:  # expired from memory
-            stored = await asyncio.to_thread(recorder.get, episode_id)
+            try:
+                stored = await asyncio.to_thread(recorder.get, episode_id)
+            except Exception as exc:  # the recorder's errors are its own (SQLAlchemy's, OSError, ...), as in `durably`
+                log.error("the trace store could not read episode %r: %s: %s", episode_id, type(exc).__name__, exc)
+                message = "the trace store could not be read; try again"
+                raise APIError(503, message, code="store_unavailable") from None
             if stored is not None:
                 return await _episode_response(stored)
         return await _episode_response((await episode_of(episode_id, who)).episode)
@@ -308,6 +318,14 @@ def create_app(
             build_prompt, policy, body.messages, tools, record.episode.calls, record.turns, thread
         )
         completion = await asyncio.to_thread(_rendered_reply, policy, prompt.text, body.messages, body.reply, tools)
+        if len(prompt.ids) + len(completion) > policy.context:  # as a sampled call ends: at the context's end
+            raise APIError(
+                400,
+                f"reply: the prompt ({len(prompt.ids)} tokens) and the reply ({len(completion)}) do not fit the "
+                f"model's context of {policy.context}",
+                param="reply",
+                code="context_length_exceeded",
+            )
         response_id = "chatcmpl-" + secrets.token_hex(12)  # what a sub-agent it spawns names as its parent
         async with _appending(record):
             index = len(record.episode.calls)
@@ -730,6 +748,35 @@ async def _unless_disconnected(request: Request, work, poll_seconds: float = 0.0
                 await task
             return None
     return task.result()
+
+
+def _located(errors: Sequence[dict], body) -> tuple[dict, list]:
+    """The error to report and its path in the body. Pydantic names a union's members in an error's `loc`
+    (`messages.0.content.str`, `stop.list[str].0`); those names are dropped, and of the errors one union gives
+    (one a member), the one that went deepest into the input is the one that says what is wrong."""
+    path, union = _input_path(errors[0], body)
+    if union is None:  # no union on the way
+        return errors[0], path
+    same = [error for error in errors if error["loc"][: len(union)] == union]
+    return max(((error, _input_path(error, body)[0]) for error in same), key=lambda found: len(found[1]))
+
+
+def _input_path(error: dict, body) -> tuple[list, tuple | None]:
+    """The positions of an error's `loc` in the request body (and the field a missing-field error names), and the
+    `loc` up to the first name that is not one (a union's member, `[key]`), or None."""
+    path, value, union = [], body, None
+    for i, part in enumerate(error["loc"]):
+        if i == 0 and part == "body":
+            continue
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and type(part) is int and 0 <= part < len(value):
+            value = value[part]
+        elif not (error["type"] == "missing" and i == len(error["loc"]) - 1):
+            union = union or tuple(error["loc"][:i])
+            continue
+        path.append(part)
+    return path, union
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:

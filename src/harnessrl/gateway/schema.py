@@ -18,7 +18,7 @@ import math
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from harnessrl.types import Outcome, Task
 
@@ -209,6 +209,12 @@ class ChatRequest(_Body):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
+    @field_validator("temperature", "top_p", "n", "logprobs", "ignore_eos", "stream", mode="before")
+    @classmethod
+    def _null_is_default(cls, v: Any, info: ValidationInfo) -> Any:
+        # null is "not given" in OpenAI's API and vLLM's: an agent's `create(temperature=None)` sends it
+        return cls.model_fields[info.field_name].default if v is None else v
+
     @field_validator("metadata")
     @classmethod
     def _metadata_sizes(cls, v: dict[str, str] | None) -> dict[str, str] | None:
@@ -237,9 +243,9 @@ class ChatRequest(_Body):
         if isinstance(self.tool_choice, NamedToolChoice):
             names = {t.function.name for t in self.tools or ()}
             if self.tool_choice.function.get("name") not in names:
-                raise ValueError("tool_choice names a function that is not in tools")
+                raise InputError(("tool_choice", "function", "name"), "names a function that is not in tools")
         elif self.tool_choice == "required" and not self.tools:
-            raise ValueError("tool_choice 'required' needs tools")
+            raise InputError(("tool_choice",), "'required' needs tools")
         return self
 
     def stops(self) -> list[str]:
@@ -259,7 +265,7 @@ class Demonstration(_Body):
     @model_validator(mode="after")
     def _reply_is_assistant(self) -> Demonstration:
         if self.reply.role != "assistant":
-            raise ValueError("reply must be an assistant message")
+            raise InputError(("reply", "role"), "the reply must be an assistant message")
         return self
 
 
@@ -287,9 +293,9 @@ class FeedbackBody(_Body):
     @model_validator(mode="after")
     def _value_for_scalar(self) -> FeedbackBody:
         if (self.signal == "scalar") != (self.value is not None):
-            raise ValueError("value is given with signal 'scalar' and only with it")
+            raise InputError(("value",), "given with signal 'scalar' and only with it")
         if isinstance(self.call, int) and self.call < 0:
-            raise ValueError("call: an index is 0 or more")
+            raise InputError(("call",), "an index is 0 or more")
         return self
 
 
