@@ -180,3 +180,22 @@ def test_eval_takes_a_run_config_only_from_a_run_folder(tmp_path):
     assert _run_folder(str(tmp_path / "mymodel")) is None
     (tmp_path / "phases.json").write_text("{}")
     assert _run_folder(str(tmp_path / "mymodel")) == tmp_path.resolve()
+
+
+def test_sft_flags_are_named_and_save_model_never_replaces_a_model(tmp_path):
+    """A bad --schedule printed pydantic's dump for TrainConfig; save-model wrote tiny's weights over a folder's
+    model (a run's best/) without a word."""
+    (tmp_path / "demos.jsonl").write_text("")
+    for args, says in [
+        (("--schedule", "cosin"), "error: --schedule: Input should be 'constant', 'linear', 'cosine' or 'wsd'"),
+        (("--lr", "0"), "error: --lr: Input should be greater than 0"),
+    ]:
+        done = cli("sft", "--data", tmp_path / "demos.jsonl", "--out", tmp_path / "sft", *args)
+        assert done.exit_code == 2 and says in done.stderr and "validation error" not in done.stderr, done.stderr
+    best = tmp_path / "run" / "best"
+    best.mkdir(parents=True)
+    (best / "config.json").write_text('{"trained": true}')
+    (best / "model.safetensors").write_bytes(b"trained weights")
+    done = cli("save-model", best)
+    assert done.exit_code == 2 and f"{best} already holds a model (config.json)" in done.stderr, done.output
+    assert (best / "model.safetensors").read_bytes() == b"trained weights"

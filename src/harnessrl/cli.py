@@ -201,7 +201,10 @@ def probe(
     policy = _load_policy(model, 0, tool_format=tool_format)
     try:
         if episodes is not None:
-            found = probes.decisions(policy, episodes)
+            try:
+                found = probes.decisions(policy, episodes)
+            except ValueError as exc:  # NotThisTokenizer
+                _fail(f"--decisions {decisions}: {exc}")
         elif record_grid:
             scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)
         elif context:
@@ -264,6 +267,8 @@ def save_model(
     """Write a model (e.g. the offline `tiny`) as an ordinary Hugging Face folder."""
     if out.exists() and not out.is_dir():  # transformers would log an error and write nothing
         _fail(f"{out}: a file, not a folder; give a folder to write the model to")
+    if (out / "config.json").exists():  # a model (a run's best/, a checkpoint): its weights would be replaced
+        _fail(f"{out} already holds a model (config.json): choose another folder, or remove it first")
     policy = _load_policy(model, seed)
     try:
         policy.save(out)
@@ -404,10 +409,13 @@ def eval_command(
         run = None if config else _run_folder(checkpoint)
         job = JobConfig.load_run(run) if run else JobConfig.load(config)
         job.tool_format = tool_format or job.tool_format
-        request = EvalRequest(
-            env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
-            concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=job, baseline=baseline,
-        )  # fmt: skip
+        try:
+            request = EvalRequest(
+                env=env, split=split, checkpoint=checkpoint, repeats=repeats, temperature=temperature,
+                concurrency=concurrency, seed=seed, corpus=corpus, tasks=tasks, job=job, baseline=baseline,
+            )  # fmt: skip
+        except ValidationError as exc:
+            _fail(_flag_error(exc))
         report = evaluate(request, out)
     except (
         ValidationError,
@@ -466,6 +474,9 @@ def sft(
             precision=precision,
             lora=LoraConfig() if lora else None,
         )
+    except ValidationError as exc:
+        _fail(_flag_error(exc))
+    try:
         metrics = run_sft(data, out, model, config, epochs, batch_episodes, save_every, resume, seed)
     except (TraceLineError, DemonstrationError, PolicyLoadError, ValidationError, OSError) as exc:  # OSError: --data
         _error(exc)
@@ -615,6 +626,14 @@ def _load_policy(model: str, seed: int, max_batch: int = 64, tool_format: str = 
 def _given(ctx: typer.Context, *names: str) -> list[str]:
     """The flags among `names` (parameter names) typed on the command line: an explicit default counts too."""
     return [f"--{n.replace('_', '-')}" for n in names if ctx.get_parameter_source(n).name == "COMMANDLINE"]
+
+
+def _flag_error(exc) -> str:
+    """A pydantic ValidationError of a model built from a command's flags, as `--flag: message` (its first error)."""
+    first = exc.errors()[0]
+    if not first["loc"]:  # a model validator's message names its flags itself
+        return first["msg"].removeprefix("Value error, ")
+    return f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}"
 
 
 def _error(message: object) -> None:

@@ -153,6 +153,30 @@ def test_bad_input_fails_with_exit_2_and_says_why(tmp_path):
         assert done.exit_code == 2 and says in done.stderr, (args, done.output)
 
 
+def test_bad_flags_are_named_and_a_swarm_or_code_run_is_refused(tmp_path):
+    """A flag's error was pydantic's dump (`1 validation error for EvalRequest ... input_value={...}`); a swarm or
+    code run was evaluated as if its model were the search agent, exit 0."""
+    for args, says in [
+        (["--split", "dev"], "error: --split: Input should be 'train' or 'test'"),
+        (["--concurrency", 0], "error: --concurrency: Input should be greater than or equal to 1"),
+    ]:
+        done = cli("eval", "--env", "search", "--checkpoint", "tiny-base", *args)
+        assert done.exit_code == 2 and says in done.stderr and "validation error" not in done.stderr, done.stderr
+    run = tmp_path / "swarm-run"
+    run.mkdir()
+    (run / "config.yaml").write_text("swarm: {}\n")
+    (run / "phases.json").write_text("{}")
+    (tmp_path / "code.yaml").write_text("code: {}\n")
+    for args, job in [
+        (["--checkpoint", run], "swarm"),
+        (["--checkpoint", "tiny-base", "--config", tmp_path / "code.yaml"], "code"),
+    ]:
+        done = cli("eval", "--env", "search", *args, "--out", tmp_path / "eval")
+        assert done.exit_code == 2, done.output
+        assert f"--env search: the job config sets {job}: (the {job} job)" in done.stderr
+    assert not (tmp_path / "eval").exists()
+
+
 def test_checkpoint_resolution(tmp_path):
     step = tmp_path / "run" / "checkpoints" / "step-000007"
     step.mkdir(parents=True)

@@ -156,8 +156,13 @@ def test_an_episode_id_is_found_in_a_run_folder(episode, tmp_path):
     (run / "eval_after.jsonl").write_text(episode.to_json() + "\n")
     out = _inspect(episode.id, "--run", str(run))
     assert f"episode {episode.id} ·" in out and out.count("── call ") == 4
+    (run / "sft").mkdir()
+    (run / "sft" / "metrics.jsonl").write_text('{"step": 1, "loss/sft": 0.5}\n')
     error = _failure("no-such-id", "--run", str(run))
     assert "no episode with id no-such-id" in error and "eval_after.jsonl" in error
+    assert "metrics.jsonl, sft/metrics.jsonl" in error  # which metrics.jsonl: both named by their path in the run
+    folder = _failure(str(run))  # the run folder as EPISODE was "no such file"
+    assert f"{run}: a folder; give a JSONL file of episodes, or an episode id with --run {run}" in folder
 
 
 def test_bad_input_fails_with_exit_2_naming_it(episode, tmp_path):

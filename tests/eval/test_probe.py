@@ -151,3 +151,19 @@ def test_decisions_give_the_probability_of_each_recorded_tool_name_by_family_and
     path.write_text(tagged.to_json() + "\n" + plain.to_json()[:50] + "\n")
     done = cli("probe", "--model", "tiny", "--decisions", path)
     assert done.exit_code == 2 and "line 2" in done.stderr
+
+
+def test_decisions_refuse_another_models_episodes_naming_the_call(tmp_path):
+    """An id past tiny's 2,050 rows (a SmolLM2 run's episodes) failed the embedding with an IndexError traceback."""
+    from harnessrl.train.sft import demonstration
+    from tests.conftest import cli
+
+    tok = build_tokenizer()
+    call = '<tool_call>{"name": "get_tide", "arguments": {"place": "Olmar"}}</tool_call>'
+    other = demonstration(tok, [{"role": "user", "content": "Tide at Olmar?"}], call)
+    other.calls[0].prompt_ids[-1] = 49000
+    path = tmp_path / "demos.jsonl"
+    path.write_text(other.to_json() + "\n")
+    done = cli("probe", "--model", "tiny", "--decisions", path)
+    assert done.exit_code == 2, done.output
+    assert f"--decisions {path}: episode {other.id}: call 0 holds token id 49000" in done.stderr

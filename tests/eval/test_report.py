@@ -198,6 +198,23 @@ def test_a_last_line_cut_short_is_skipped_as_the_job_drops_it(runs, tmp_path):
     assert "<td>RL updates</td><td>2</td>" in text and (tmp_path / "report" / "validation.png").is_file()
 
 
+def test_a_file_that_is_not_utf8_or_one_run_given_twice_fails_with_exit_2(tmp_path):
+    """A damaged byte made `report` end in a UnicodeDecodeError traceback; the same folder twice drew one run's
+    curves under a legend of two."""
+    line = json.dumps({"rollout/groups": 2, "reward/mean": 0.5}) + "\n"
+    (tmp_path / "metrics.jsonl").write_bytes(line.encode() + b'{"reward/mean": "\xff"}\n' + line.encode())
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and f"{tmp_path / 'metrics.jsonl'}: line 2: not UTF-8" in result.stderr
+    (tmp_path / "metrics.jsonl").write_text(line)
+    (tmp_path / "summary.json").write_bytes(b'{"heldout_tasks": 4,\n "note": "\xe9"}')
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and f"{tmp_path / 'summary.json'}: line 2: not UTF-8" in result.stderr
+    (tmp_path / "summary.json").unlink()
+    page = tmp_path / "page.html"
+    result = CliRunner().invoke(app, ["report", str(tmp_path), f"{tmp_path}/", "--out", str(page)])
+    assert result.exit_code == 2 and "the same run folder twice" in result.stderr and not page.exists()
+
+
 def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs[0], run)

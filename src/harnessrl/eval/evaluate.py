@@ -97,6 +97,12 @@ class EvalRequest(BaseModel):
             raise ValueError(f"--env {self.env!r}: unknown; known: {', '.join(sorted(ENVS))}")
         if (self.corpus is None) != (self.tasks is None):
             raise ValueError("--corpus and --tasks go together")
+        if self.env == "search" and (job := "swarm" if self.job.swarm else "code" if self.job.code else None):
+            # its model would run as the search agent, and its figures would read as that job's
+            raise ValueError(
+                f"--env search: the job config sets {job}: (the {job} job); its model is no search agent, and its "
+                "run folder holds its own held-out evals (eval_before.json, eval_after.json)"
+            )
         return self
 
 

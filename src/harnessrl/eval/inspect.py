@@ -71,6 +71,10 @@ def load_episode(
         if not held:
             raise EpisodeNotFound(f"{path}: no episodes (the file is empty)")
         raise EpisodeNotFound(f"{path}: --index {index}, but the file holds {held} lines (0..{held - 1})")
+    if run is None and path.is_dir():  # a run folder given as EPISODE
+        raise EpisodeNotFound(
+            f"{source}: a folder; give a JSONL file of episodes, or an episode id with --run {source}"
+        )
     if run is None:
         raise EpisodeNotFound(f"{source}: no such file (to look it up as an episode id, give --run RUN_DIR)")
     if index is not None or episode_id is not None:
@@ -81,7 +85,7 @@ def load_episode(
     for path in files:
         if (found := _find_in_file(path, source)) is not None:
             return found
-    names = ", ".join(p.name for p in files) or "none"
+    names = ", ".join(str(p.relative_to(run)) for p in files) or "none"  # sft/metrics.jsonl beside metrics.jsonl
     raise EpisodeNotFound(f"{run}: no episode with id {source} in its *.jsonl files ({names})")
 
 

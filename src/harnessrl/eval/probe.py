@@ -86,11 +86,16 @@ def decisions(policy: Policy, episodes: list[Episode]) -> dict[str, dict[str, fl
     call's (first) tool call, all the name's tokens, teacher-forced on the recorded prompt; per
     "FAMILY call K NAME" (the task's `family`, or "all"; K counts the episode's calls from 1), the mean
     and the count, in name order. On an agent's own demonstrations, a choice the model has not learnt
-    to make (a question word it does not read) sits near a coin flip while the SFT loss looks converged."""
+    to make (a question word it does not read) sits near a coin flip while the SFT loss looks converged.
+    NotThisTokenizer where an episode holds ids beyond the model's vocabulary (another model's episodes)."""
     import torch
 
+    from harnessrl.eval.inspect import check_vocabulary
     from harnessrl.train.losses import token_logprobs
 
+    rows = policy.model.get_input_embeddings().num_embeddings
+    for episode in episodes:  # before any forward pass: such an id fails the embedding with an IndexError
+        check_vocabulary(episode, policy.tokenizer, rows)
     found: dict[str, list[float]] = {}
     for episode in episodes:
         family = str(episode.task.data.get("family") or "all")

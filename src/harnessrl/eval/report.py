@@ -97,7 +97,7 @@ def read_metrics(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, A
     not a JSON object, a `required` key missing, a NUMBERS key not a number. A last line without its newline
     that does not parse is skipped, as the job drops it: an append in progress, or cut by a kill."""
     # the last: "" after a whole line, else one without its newline
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = _text(path).split("\n")
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -121,6 +121,16 @@ def read_metrics(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, A
     return rows
 
 
+def _text(path: Path) -> str:
+    """A file's text, or ReportError naming the line that is not UTF-8 (a damaged file: the job writes ASCII JSON)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ReportError(f"{path}: line {line}: not UTF-8") from None
+
+
 def load_run(folder: Path, label: str) -> Run:
     if not folder.is_dir():
         raise ReportError(f"{folder}: no such run folder")
@@ -141,7 +151,7 @@ def load_run(folder: Path, label: str) -> Run:
     path = folder / "summary.json"
     if path.is_file():
         try:
-            run.summary = json.loads(path.read_text(encoding="utf-8"))
+            run.summary = json.loads(_text(path))
         except json.JSONDecodeError as exc:
             raise ReportError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
         if not isinstance(run.summary, dict):
@@ -161,6 +171,8 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
     run_files = ("summary.json", "metrics.jsonl", "config.yaml")  # a job's own heldout.png, swarm.png are beside them
     if images.resolve() in [f.resolve() for f in folders] or any((images / name).exists() for name in run_files):
         raise ReportError(f"--out {out}: its PNGs would go in the run folder {images}/; name the page otherwise")
+    if len({f.resolve() for f in folders}) < len(folders):  # one label, one curve: the page would show a single run
+        raise ReportError(f"{' and '.join(map(str, folders))}: the same run folder twice; give another run, or one")
     labels = [f.name or str(f) for f in folders]
     if len(set(labels)) < len(labels):
         labels = [str(f) for f in folders]
