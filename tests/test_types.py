@@ -1,7 +1,9 @@
-import pytest
-from pydantic import ValidationError
+from typing import Literal
 
-from harnessrl.types import Call, Episode, Outcome, RewardBreakdown, Task, first_error
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from harnessrl.types import Call, Episode, Outcome, RewardBreakdown, Task, first_error, read_yaml
 
 
 def _episode() -> Episode:
@@ -67,3 +69,23 @@ def test_a_call_links_only_to_an_earlier_call_whose_tokens_its_prompt_begins_wit
     assert first_error(refused.value, "line").startswith(named)  # no "line: Value error, " before it
     with pytest.raises(ValidationError, match="extends_call"):
         Call(prompt_ids=[1], completion_ids=[], sampled_logprobs=[], policy_version=0, extends_call=-1)
+
+
+def test_a_yaml_key_given_twice_is_named_with_its_line_and_a_merge_key_may_be_overridden(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("rl:\n  updates: 3\nsft:\n  steps: 5\nrl:\n  updates: 4\n")
+    with pytest.raises(ValueError, match=r"twice.yaml: line 5, column 1: not YAML: key 'rl' given twice"):
+        read_yaml(twice)
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {lr: 1, steps: 2}\nrun:\n  <<: *b\n  lr: 3\n")
+    assert read_yaml(merged)["run"] == {"lr": 3, "steps": 2}
+
+
+def test_a_union_field_is_named_once_with_what_each_member_wanted():
+    class Config(BaseModel):
+        budget: float | Literal["auto"] | None = None
+
+    with pytest.raises(ValidationError) as refused:
+        Config.model_validate({"budget": "fast"})
+    said = first_error(refused.value, "config")
+    assert said.startswith("budget: ") and "valid number" in said and "'auto'" in said, said

@@ -8,8 +8,10 @@ about models, HTTP or training.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -189,10 +191,23 @@ def line_error(path: Path, number: int, exc: ValidationError) -> TraceLineError:
 
 def first_error(exc: ValidationError, whole: str) -> str:
     """`field.path: message` of the first error pydantic found; `whole` names the thing when no field is at fault."""
-    first = exc.errors()[0]
+    errors = exc.errors()
+    first = errors[0]
     if not first["loc"] and first["type"] == "value_error":  # a model validator's message names its own fields
         return first["msg"].removeprefix("Value error, ")
-    return f"{'.'.join(map(str, first['loc'])) or whole}: {first['msg']}"
+    loc = first["loc"]
+    # a union names the member it tried (`budget_seconds.constrained-float`, `stop.list[str]`): no field's name; one
+    # message for each member, under the field
+    at = next((i for i, part in enumerate(loc) if isinstance(part, str) and _member(part)), None)
+    if at is not None:
+        wanted = dict.fromkeys(e["msg"] for e in errors if e["loc"][:at] == loc[:at])
+        return f"{'.'.join(map(str, loc[:at])) or whole}: {'; or '.join(wanted)}"
+    return f"{'.'.join(map(str, loc)) or whole}: {first['msg']}"
+
+
+def _member(part: str) -> bool:
+    """Whether a `loc` part names a union's member (pydantic's tag: `float`, `literal['auto']`, `list[str]`)."""
+    return not part.isidentifier() or part in {"int", "float", "str", "bool", "bytes", "none", "list", "dict"}
 
 
 def read_yaml(path: Path) -> Any:
@@ -200,7 +215,7 @@ def read_yaml(path: Path) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_unique_keys_loader())
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 (byte {exc.start})") from None
     except yaml.MarkedYAMLError as exc:
@@ -210,6 +225,28 @@ def read_yaml(path: Path) -> Any:
         raise ValueError(f"{path}: {where}not YAML: {reason}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not YAML: {exc}") from None
+
+
+@functools.cache
+def _unique_keys_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (two `rl:` blocks: the last won, silently)."""
+    import yaml
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden here
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return loader.construct_mapping(node, deep)
+
+    loader = type("UniqueKeysLoader", (yaml.SafeLoader,), {})
+    loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return loader
 
 
 def validated(model: type[M], data: Any, path: Path) -> M:
