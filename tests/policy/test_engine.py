@@ -127,11 +127,32 @@ def test_closing_fails_pending_requests_instead_of_hanging():
 
 
 def test_a_prompt_whose_prefill_fails_fails_its_request_and_spares_the_engine(policy):
-    vocab = policy.model.config.vocab_size
-    for prompt in ([1, 2, vocab + 5], [1, 2, 3] * 300 + [vocab + 5]):  # a short prompt (whole) and a long (chunked)
-        bad = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
-        assert isinstance(bad.exception(timeout=30), IndexError)  # not a request left waiting forever
+    mark = policy.model.config.vocab_size - 1
+
+    def fail(module, args):  # a forward that raises on these prompts (out of memory, a model's bug)
+        if bool((args[0] == mark).any()):
+            raise RuntimeError("forward failed")
+
+    hook = policy.model.get_input_embeddings().register_forward_pre_hook(fail)
+    try:
+        for prompt in ([1, 2, mark], [1, 2, 3] * 300 + [mark]):  # a short prompt (whole) and a long (chunked)
+            bad = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
+            assert isinstance(bad.exception(timeout=30), RuntimeError)  # not a request left waiting forever
+    finally:
+        hook.remove()
     assert policy.engine.generate_sync([1, 2, 3], SamplingParams(max_tokens=3)).ids  # the engine still serves
+
+
+async def test_a_prompt_id_past_the_embedding_is_refused_and_spares_the_rows_in_flight(policy):
+    import pytest
+
+    rows = policy.model.get_input_embeddings().num_embeddings
+    running = [policy.engine.submit([5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True)) for _ in range(3)]
+    await asyncio.sleep(0.1)
+    for bad in (rows, rows + 5, -1):  # e.g. Gemma 3's image token, which its tokenizer has and its model does not embed
+        with pytest.raises(ValueError, match=f"prompt id {bad} is not one the model embeds"):
+            policy.engine.submit([1, 2, bad, 3], SamplingParams(max_tokens=3))
+    assert [len(f.result(timeout=30).ids) for f in running] == [40] * 3  # an IndexError in the step failed them all
 
 
 async def test_a_cancelled_request_frees_its_row_and_spares_the_rest(policy):

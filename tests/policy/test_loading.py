@@ -88,3 +88,108 @@ def test_a_finished_gguf_conversion_removes_older_conversions_of_its_name_only(t
         shutil.copyfile(gguf, copy)
     first, second = (local_folder(str(copy)) for copy in copies)
     assert first != second and (first / "config.json").is_file()  # the second did not remove the first's
+
+
+def _llama_folder(folder, shard: str = "40KB"):
+    """A 2-layer Llama (untied embeddings) with the tiny tokenizer, saved in safetensors shards."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from harnessrl.policy.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(folder, max_shard_size=shard)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_model_folder_missing_weights_or_with_a_cut_file_is_refused_naming_what(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from harnessrl.policy import PolicyLoadError
+    from harnessrl.policy.model import load_model_and_tokenizer
+
+    model = _llama_folder(tmp_path / "llama")
+    lm, _ = load_model_and_tokenizer(str(model))  # whole: loads, every shard's weights in place
+    shards = sorted(model.glob("model-*.safetensors"))
+    assert len(shards) > 2 and type(lm).__name__ == "LlamaForCausalLM"
+
+    def broken(name: str, change) -> str:
+        folder = tmp_path / name
+        shutil.copytree(model, folder)
+        change(folder)
+        with pytest.raises(PolicyLoadError) as refused:
+            load_model_and_tokenizer(str(folder))
+        assert str(refused.value).startswith(f"--model {folder}: ")
+        return str(refused.value)
+
+    def cut(file):
+        file.write_bytes(file.read_bytes()[: file.stat().st_size * 9 // 10])
+
+    def drop_a_tensor(folder):  # a partial save: transformers would start the tensor at random, logging only
+        shard = folder / shards[1].name
+        weights = load_file(shard)
+        save_file(dict(list(weights.items())[1:]), shard, metadata={"format": "pt"})
+        return next(iter(weights))
+
+    lacking = tmp_path / "lacking"
+    shutil.copytree(model, lacking)
+    missing = drop_a_tensor(lacking)
+    with pytest.raises(PolicyLoadError, match=rf"weight files lack 1 of LlamaForCausalLM's tensors \({missing}\)"):
+        load_model_and_tokenizer(str(lacking))
+    assert f"{tmp_path / 'cut-shard' / shards[1].name} does not read" in broken(
+        "cut-shard", lambda f: cut(f / shards[1].name)
+    )
+    assert f"{tmp_path / 'cut-tokenizer' / 'tokenizer.json'} is not valid JSON" in broken(
+        "cut-tokenizer", lambda f: cut(f / "tokenizer.json")
+    )
+    # read as absent by transformers, losing its end-of-turn ids
+    assert "generation_config.json is not valid JSON" in broken(
+        "cut-generation", lambda f: cut(f / "generation_config.json")
+    )
+    # a Llama folder without tokenizer.json: transformers asks for sentencepiece; the file is named
+    assert "it has no tokenizer.json" in broken("no-tokenizer", lambda f: (f / "tokenizer.json").unlink())
+
+
+def test_a_lora_adapter_folder_is_refused_saying_what_to_pass_instead(tmp_path):
+    import peft
+
+    from harnessrl.policy import PolicyLoadError
+    from harnessrl.policy.model import load_model_and_tokenizer
+    from harnessrl.policy.tiny import build_tiny
+
+    adapter = tmp_path / "adapter"  # what peft saves, and a harnessrl checkpoint's adapter/: no config.json
+    peft.get_peft_model(build_tiny()[0], peft.LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    with pytest.raises(
+        SourceError, match=r"--model / model: .* holds a LoRA adapter, adapter_config.json, not a model"
+    ):
+        check_model(str(adapter))
+    with pytest.raises(PolicyLoadError, match=rf"--model {adapter}: .* merged model, which a harnessrl checkpoint"):
+        load_model_and_tokenizer(str(adapter))
+
+
+def test_a_model_naming_no_context_length_is_refused_until_its_config_names_one(tmp_path):
+    import json
+
+    from transformers import BloomConfig, BloomForCausalLM
+
+    from harnessrl.policy import Policy, PolicyLoadError, SamplingParams
+    from harnessrl.policy.tiny import build_tokenizer
+
+    tokenizer, bloom = build_tokenizer(), tmp_path / "bloom"  # ALiBi: no max_position_embeddings (a raw AttributeError)
+    BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=1, n_head=4)).save_pretrained(bloom)
+    tokenizer.save_pretrained(bloom)
+    with pytest.raises(PolicyLoadError, match=rf"--model {bloom}: {bloom / 'config.json'} has no max_position_embed"):
+        Policy.load(str(bloom))
+    config = json.loads((bloom / "config.json").read_text())
+    (bloom / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 256}))
+    policy = Policy.load(str(bloom))  # as the message says
+    try:
+        done = policy.engine.generate_sync([5, 6, 7], SamplingParams(max_tokens=4, ignore_eos=True))
+        assert policy.context == 256 and len(done.ids) == 4
+    finally:
+        policy.close()

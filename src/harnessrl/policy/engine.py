@@ -142,6 +142,7 @@ class Engine:
         self._kept = itertools.count()  # the entries' keys
         self.prefix_hits = self.prefix_tokens_reused = 0
         self.context = model.config.max_position_embeddings
+        self.rows = model.get_input_embeddings().num_embeddings  # prompt ids from here on have no embedding
         self.version = 0
         self._pending: deque[_Row] = deque()
         self._wake = threading.Condition()
@@ -159,6 +160,9 @@ class Engine:
             raise ValueError("prompt_ids is empty")
         if len(prompt_ids) >= self.context:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the model's context is {self.context}")
+        # refused here, not in the forward: a failed forward fails every row of its step, other requests' too
+        if bad := [i for i in prompt_ids if not 0 <= i < self.rows]:
+            raise ValueError(f"prompt id {bad[0]} is not one the model embeds (0 to {self.rows - 1})")
         gen = None
         if params.seed is not None:
             gen = torch.Generator().manual_seed(params.seed)

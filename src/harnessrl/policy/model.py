@@ -9,6 +9,7 @@ causal-LM folder that has a chat template, a `.gguf` file, or a preset (`smollm2
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from harnessrl.policy import toolformat
 from harnessrl.policy.engine import Engine
-from harnessrl.policy.sources import PRESETS, SHIPPED, PolicyLoadError, SourceError, local_folder
+from harnessrl.policy.sources import PRESETS, SHIPPED, PolicyLoadError, SourceError, adapter_note, local_folder
 from harnessrl.policy.tiny import build_tiny
 
 
@@ -163,12 +164,30 @@ def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
         raise PolicyLoadError(str(exc)) from None
     if not (path / "config.json").is_file():
         names = ", ".join(["tiny", *SHIPPED, *PRESETS])
-        raise PolicyLoadError(f"--model {model}: not one of {names}, a .gguf file or a folder with a config.json")
+        raise PolicyLoadError(
+            f"--model {model}: not one of {names}, a .gguf file or a folder with a config.json{adapter_note(path)}"
+        )
+    _check_files(model, path)
+    tokenizer = None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        lm, loading = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
     except Exception as exc:  # transformers' errors have many types: no tokenizer files, bad weights, ...
-        raise PolicyLoadError(f"--model {model}: {path} does not load ({type(exc).__name__}: {exc})") from exc
+        # without tokenizer.json transformers tries a slow tokenizer and asks for sentencepiece: name the file instead
+        lacks = " (it has no tokenizer.json)" if tokenizer is None and not (path / "tokenizer.json").is_file() else ""
+        raise PolicyLoadError(f"--model {model}: {path} does not load{lacks} ({type(exc).__name__}: {exc})") from exc
+    # transformers fills weights the files lack with random ones, and only logs it: a model that would run on noise
+    if missing := sorted(loading["missing_keys"]):
+        raise PolicyLoadError(
+            f"--model {model}: {path}'s weight files lack {len(missing)} of {type(lm).__name__}'s tensors "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): a partial save, or another architecture's"
+        )
+    if not hasattr(lm.config, "max_position_embeddings"):  # ALiBi models (Bloom, MPT) name no context length
+        raise PolicyLoadError(
+            f"--model {model}: {path / 'config.json'} has no max_position_embeddings, the context prompts are held "
+            "to: add it (the length the model was trained on, e.g. 2048)"
+        )
+    lm.eval()
     # tokenizer files missing (transformers then builds an empty one) or another model's: ids the model cannot embed
     if not tokenizer("hello world")["input_ids"]:
         raise PolicyLoadError(f"--model {model}: {path}'s tokenizer encodes nothing (its tokenizer files missing?)")
@@ -179,6 +198,26 @@ def load_model_and_tokenizer(model: str = "tiny", seed: int = 0):
             "another model's"
         )
     return lm, tokenizer
+
+
+def _check_files(model: str, path: Path) -> None:
+    """Every JSON and safetensors file at the top of `path` parses (safetensors: its header, which says how long the
+    file must be): a truncated or garbled one is named here; transformers reports a JSONDecodeError at line 3847 or
+    a safetensors header "not fully covered" without naming the file, and loads a broken generation_config.json as
+    if it were absent (losing its end-of-turn ids)."""
+    from safetensors import safe_open
+
+    for file in sorted(path.glob("*.json")):
+        try:
+            json.loads(file.read_bytes())
+        except ValueError as exc:  # a JSONDecodeError or a UnicodeDecodeError
+            raise PolicyLoadError(f"--model {model}: {file} is not valid JSON (truncated?): {exc}") from None
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(file, "pt"):
+                pass
+        except Exception as exc:  # safetensors' errors: SafetensorError (truncated, not safetensors), OSError
+            raise PolicyLoadError(f"--model {model}: {file} does not read (truncated?): {exc}") from None
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -35,7 +35,8 @@ def sampling_logprobs(
     with torch.no_grad():
         sorted_logp, order = logp.sort(dim=-1, descending=True)
         mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()  # (N, V) mass ranked above each token
-        drop_sorted = (mass_before >= top_p[:, None]) & cut[:, None]  # the top token always stays (mass_before = 0)
+        drop_sorted = (mass_before >= top_p[:, None]) & cut[:, None]
+        drop_sorted[:, 0] = False  # the top token always stays: at top_p 0 too (else every token out, NaN logprobs)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         if keep is not None:
             drop[torch.arange(len(keep)), keep] = False

@@ -82,6 +82,17 @@ def check_model(model: str) -> None:
     names = ", ".join(["tiny", *SHIPPED, *PRESETS])
     raise SourceError(
         f"--model / model: {model!r} is not one of {names}, an existing .gguf file or a folder with a config.json"
+        + adapter_note(path)
+    )
+
+
+def adapter_note(path: Path) -> str:
+    """What to pass instead of a LoRA adapter folder (a peft save, a checkpoint's `adapter/`); "" for other paths."""
+    if not (path / "adapter_config.json").is_file():
+        return ""
+    return (
+        " (it holds a LoRA adapter, adapter_config.json, not a model: pass the folder of the merged model, which a "
+        "harnessrl checkpoint holds beside adapter/, or merge it into its base with peft's merge_and_unload)"
     )
 
 
