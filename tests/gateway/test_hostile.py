@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
 from harnessrl.policy import Policy
+from harnessrl.policy.tiny import build_tiny
 from harnessrl.types import Episode
 from tests.conftest import ADMIN_KEY
 
@@ -327,3 +328,17 @@ async def test_health_answers_while_a_3mb_request_is_tokenised(plain_server):
     assert len(latencies) >= 5  # the big request took a while, and /health was answered meanwhile
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.1, latencies  # the median: the event loop was never blocked for long
+
+
+async def test_a_prompt_token_the_model_cannot_embed_is_a_400_naming_it():
+    model, tokenizer = build_tiny()
+    tokenizer.add_tokens(["[EXTRA]"])  # added without resizing the embedding: its id is past the rows
+    policy = Policy(model, tokenizer, "tiny")
+    try:
+        transport = httpx.ASGITransport(app=create_app(policy, ADMIN_KEY))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+            r = await _post(http, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi [EXTRA]"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+        assert "[EXTRA]" in r.json()["error"]["message"]
+    finally:
+        policy.close()

@@ -406,6 +406,16 @@ def create_app(
         forced = _forced_prefix(model, body)
         prompt_ids = prompt.ids + model.encode(forced) if forced else prompt.ids
         room = model.context - len(prompt_ids)
+        rows = getattr(model.engine, "rows", None)  # the local engine's embedding rows (a vLLM server checks its own)
+        if rows is not None and (bad := next((i for i in prompt_ids if not 0 <= i < rows), None)) is not None:
+            # an added token past the rows (a [PAD] added without resizing): the engine would refuse it as a 500
+            raise APIError(
+                400,
+                f"messages: the prompt holds token {model.tokenizer.convert_ids_to_tokens(bad)!r} (id {bad}), which "
+                f"the model has no embedding for (0 to {rows - 1})",
+                param="messages",
+                code="invalid_prompt",
+            )
         if room < 1:
             raise APIError(
                 400,
