@@ -116,6 +116,18 @@ def test_make_corpus_writes_both_files_and_never_overwrites_without_force(tmp_pa
     assert unknown.exit_code == 2 and "'ships' is not one of people, voyages" in unknown.stderr
 
 
+def test_make_corpus_writes_the_main_jobs_corpus_with_its_people(tmp_path):
+    from harnessrl.envs.search import synthetic
+
+    done = cli("make-corpus", tmp_path / "p", "--people", "340")
+    assert done.exit_code == 0, done.output
+    docs, tasks = synthetic(0, people=340)  # what `harnessrl train` builds by default (data.synthetic_people)
+    written = [json.loads(line) for line in (tmp_path / "p" / "corpus.jsonl").read_text().splitlines()]
+    assert [d["id"] for d in written] == [d.id for d in docs] and "256 train / 84 test" in done.output
+    other = cli("make-corpus", tmp_path / "q", "--generator", "voyages", "--people", "10")
+    assert other.exit_code == 2 and "--people: the voyages generator has no people" in other.stderr
+
+
 def test_serve_refuses_counts_ports_and_log_levels_it_cannot_use_before_loading_a_model():
     # with a valid value each would load the model and then hang or fail inside uvicorn; the short --admin-key
     # is refused before any model loads, so a missing check shows as that error instead of a hang

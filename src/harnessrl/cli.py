@@ -348,6 +348,9 @@ def make_corpus(
         help="people (short entries: people, towns, countries; the job's default) or voyages (ships, ports and rivers, facts inside paragraphs of prose)",
     ),
     seed: int = typer.Option(0, help="generator seed"),
+    people: int | None = typer.Option(
+        None, min=4, help="people in the people corpus, one question each (default 120; the main job's corpus: 340)"
+    ),
     force: bool = typer.Option(False, help="overwrite corpus.jsonl and tasks.jsonl where the folder holds them"),
 ) -> None:
     """Write a synthetic search corpus and its tasks as JSONL, for `harnessrl train --corpus --tasks`."""
@@ -359,7 +362,9 @@ def make_corpus(
         _fail(f"{out}: a file, not a folder; give a folder for corpus.jsonl and tasks.jsonl")
     if not force and (held := [n for n in ("corpus.jsonl", "tasks.jsonl") if (out / n).exists()]):
         _fail(f"{out} already holds {' and '.join(held)}: choose another folder, or pass --force to overwrite")
-    docs, tasks = GENERATORS[generator](seed)
+    if people is not None and generator != "people":
+        _fail(f"--people: the {generator} generator has no people")
+    docs, tasks = GENERATORS[generator](seed, **({} if people is None else {"people": people}))
     try:
         corpus_path, tasks_path = write_corpus(out, docs, tasks)
     except OSError as exc:  # a file where a parent folder should be, no permission
