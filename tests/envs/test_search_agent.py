@@ -73,6 +73,35 @@ def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_pa
         idx.grep(r"\b(a|aa)+\b\.", k=5)
 
 
+def test_pruning_deletes_only_the_entries_it_names_whatever_a_documents_lines_look_like(tmp_path):
+    docs = [
+        Doc(id="1", text="Ada founded it.\n[2] Smith, 1990.\nIt moved to Oslo in 1950.\n[context: a quote] and on."),
+        Doc(id="2", text="Smith wrote a book about the history of Oslo"),
+        Doc(id="a]b", text="An id with a bracket in it"),
+    ]
+    idx = SearchIndex(docs, tmp_path / "chroma")
+    run = _Run(SearchAgent(idx, context_budget=100), Task(id="t", prompt="When?", data={"answer": "1950"}))
+    for result in (run.grep_corpus("Smith wrote"), run.read_document("1"), run.read_document("a]b")):
+        run.messages.append({"role": "tool", "content": f"{result}\n{run._usage()}"})
+    assert run.prune_chunks(["2"]) == "pruned 1"  # its chunk's entry goes; document 1's footnote line is its text
+    assert run.messages[-3]["content"] == run._usage() and "It moved to Oslo in 1950." in run.messages[-2]["content"]
+    assert run.prune_chunks(["1", "a]b"]) == "pruned 2"  # every line of each, footnote and quoted usage line too
+    assert [m["content"] for m in run.messages[-2:]] == [run._usage()] * 2
+
+
+def test_a_document_pruned_by_its_id_is_prunable_again_when_a_search_brings_more_of_it(tmp_path):
+    docs = [Doc(id="a", title="Alpha", text=" ".join(f"w{i}" for i in range(200))), Doc(id="b", text="other words")]
+    idx = SearchIndex(docs, tmp_path / "chroma")
+    run = _Run(SearchAgent(idx, context_budget=100), Task(id="t", prompt="Which?", data={"answer": "w7"}))
+    run.messages.append({"role": "tool", "content": f"{run.grep_corpus('w1 ')}\n{run._usage()}"})
+    assert run.prune_chunks(["a"]) == "pruned 1" and run.messages[-1]["content"] == run._usage()
+    run.messages.append({"role": "tool", "content": f"{run.grep_corpus('w150')}\n{run._usage()}"})
+    assert run.messages[-1]["content"].startswith("[a#1] ")
+    usage, run.used = run._usage(), 60  # over half: the chunk back in context is suggested, the one pruned before not
+    assert 'consider prune_chunks(["a#1"])' in run._usage()
+    assert run.prune_chunks(["a"]) == "pruned 1" and run.messages[-1]["content"] == usage
+
+
 def test_context1_reward_by_hand():
     assert f_beta({"a", "b"}, {"a"}, beta=1.0) == pytest.approx(2 * 0.5 * 1 / 1.5)
     assert f_beta({"x"}, {"a"}, beta=4.0) == 0.0
@@ -163,6 +192,27 @@ def test_the_expert_records_token_exact_demonstrations_through_the_gateway(index
     assert pruned, "a 1000-token budget (about 700 of which are the prompt and tools) makes the expert prune"
     for e in pruned:  # pruning edits the history: the next call cannot extend the one before it
         assert any(c.extends_call != i for i, c in enumerate(e.calls[1:]))
+
+
+def test_the_experts_demonstrations_answer_within_the_agents_turns(index):
+    from harnessrl.envs.search.expert import SearchExpert
+
+    idx, tasks = index
+    chains = [t.task() for t in tasks if len(t.gold_doc_ids) == 3][:4]  # search, read, prune: more than 3 turns
+    policy = Policy.load("tiny")
+    try:
+        gateway = GatewayClient("expert-admin-key", app=create_app(policy, "expert-admin-key"))
+        expert = SearchExpert(SearchAgent(idx, context_budget=600, max_turns=3), p_distractor=1.0)
+        engine = RolloutEngine(gateway, expert, context1_reward(), RolloutConfig(group_size=2))
+
+        async def run():
+            return [await engine.episode(t) for t in chains]
+
+        episodes = asyncio.run(run())
+    finally:
+        policy.close()
+    assert all(e.outcome.info["turns"] <= 3 and e.outcome.success for e in episodes)
+    assert [len(e.calls) for e in episodes] == [e.outcome.info["turns"] for e in episodes]
 
 
 def test_error_classes_say_why_an_episode_failed():

@@ -160,6 +160,34 @@ def test_when_validation_keeps_the_warm_start_its_eval_stands_for_the_eval_after
     assert summary["error_classes_after"] == summary["error_classes_before"]
 
 
+def test_sft_leaves_out_failed_demonstrations_and_says_why_when_none_is_left(tmp_path, caplog):
+    """A corpus of long documents: the expert's read of one passes tiny's context of 4096 tokens, the gateway refuses
+    the request and the demonstration fails after its first search. SFT on such demonstrations would teach that
+    search alone, silently."""
+    words = "river harbour market bridge tower garden chapel mill".split()
+    with open(tmp_path / "corpus.jsonl", "w") as f:
+        for i in range(6):
+            text = f"Town {i} was founded in {1500 + i}. " + " ".join(words[(i + n) % 8] for n in range(2500))
+            f.write(json.dumps({"id": f"doc{i}", "title": f"Town {i}", "text": text}) + "\n")
+    with open(tmp_path / "tasks.jsonl", "w") as f:
+        for i in range(6):
+            f.write(json.dumps({"id": f"q{i}", "question": f"When was Town {i} founded?", "answer": str(1500 + i),
+                                "gold_doc_ids": [f"doc{i}"], "split": "test" if i == 0 else "train"}) + "\n")  # fmt: skip
+    job = yaml.safe_load(MINIMAL)
+    job["agent"] = {"context_budget": 3000, "max_tokens": 16}  # under it, the expert reads the gold document whole
+    job["rl"]["validation_tasks"] = 0
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    args = ("--corpus", tmp_path / "corpus.jsonl", "--tasks", tmp_path / "tasks.jsonl", "--out", tmp_path / "run")
+    done = cli("train", tmp_path / "job.yaml", *args)
+    demos = read_jsonl(tmp_path / "run" / "demos.jsonl", Episode)
+    assert len(demos) == 5 and all(e.status == "failed" and e.calls for e in demos)
+    assert done.exit_code == 2 and "no demonstration has a completion to train on (5 failed; the first: harness" in (
+        done.stderr
+    ), done.output[-3000:]
+    assert "fit the model's context of 4096" in done.stderr and not (tmp_path / "run" / "sft" / "checkpoints").exists()
+    assert "5 of 5 demonstrations failed and are left out of SFT" in caplog.text
+
+
 def test_heldout_alarms_name_what_rl_made_worse_beyond_noise_and_only_that():
     """Paired by task: 12 tasks (6 of each family) all answered before; after RL, 10 end in a malformed call.
     Sampled and greedy success fall, each family's too, and the malformed share rises beyond noise; where

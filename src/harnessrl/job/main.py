@@ -308,6 +308,13 @@ class _Job:
 
     async def _sft(self, demos: list[Episode]) -> None:
         cfg = self.config.sft
+        # a failed one (the expert's episode raised, e.g. at a document read past the model's context) has its first
+        # steps and never the answer
+        failed = [e for e in demos if e.status == "failed"]
+        if failed:
+            log.warning("%d of %d demonstrations failed and are left out of SFT; the first: %s", len(failed),
+                        len(demos), failed[0].failure_reason)  # fmt: skip
+            demos = [e for e in demos if e.status != "failed"]
         if cfg.filter is not None:  # Context-1's recall filter; counts at each threshold in sft/filter.json
             demos, counts = filter_demonstrations(demos, cfg.filter)
             (self.out / "sft").mkdir(parents=True, exist_ok=True)
@@ -339,7 +346,8 @@ class _Job:
             trainer.forget_after(0)  # a start that stopped before its first checkpoint
         demos = [e for e in demos if any(c.trainable and c.completion_ids for c in e.calls)]  # the others train nothing
         if not demos:
-            raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on")
+            reason = f" ({len(failed)} failed; the first: {failed[0].failure_reason})" if failed else ""
+            raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on{reason}")
         rng = random.Random(f"{self.config.seed}:{trainer.step}")
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")

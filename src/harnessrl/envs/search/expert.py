@@ -4,7 +4,8 @@ It knows each task's gold documents and answer, but acts only on what its contex
 a model can learn to imitate it: search with the question; for each gold document not yet in
 context, search for its title (or opening words) — the bridge entity a multi-hop question leads
 to — and read the document when only part of it was shown; prune chunks it does not need once
-past half the budget; answer. Imperfections: it sometimes reads a distractor from the results,
+past half the budget; answer, by the agent's last turn (`max_turns`) at the latest: a step that would take it is
+left out, as the agent could not answer after it. Imperfections: it sometimes reads a distractor from the results,
 sometimes cites one gold document too few or one distractor too many. Each turn is recorded
 through the gateway's `POST /v1/demonstrations`, so demonstrations have exactly the prompts,
 template and token reuse of real rollouts.
@@ -39,6 +40,8 @@ class SearchExpert:
         gold = list(task.data.get("gold_doc_ids", []))
 
         async def do(name: str, **arguments) -> None:
+            if name != "answer" and run.turns >= self.agent.max_turns - 1:  # the last turn the agent has answers
+                return
             reply = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"call_{run.turns}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}  # fmt: skip
             body = {"messages": run.messages, "tools": run.tools.schemas, "reply": reply}
@@ -62,7 +65,7 @@ class SearchExpert:
             if doc_id not in run.seen_docs:
                 doc = index.document(doc_id)
                 await do("search_corpus", query=doc.title or " ".join(doc.text.split()[:8]))
-            if unseen(doc_id) and run.turns < self.agent.max_turns - 1:
+            if unseen(doc_id):
                 await do("read_document", doc_id=doc_id)
         for _ in range(self.extra_searches):
             await do("search_corpus", query=task.prompt)

@@ -9,7 +9,6 @@ results — the history is edited, so the gateway starts a new training sequence
 from __future__ import annotations
 
 import json
-import re
 
 import openai
 
@@ -76,7 +75,7 @@ class _Run:
         self.read.add(doc_id)
         self.pruned.difference_update([doc_id, *(c.id for c in self.agent.index.chunks_of(doc_id))])  # in context again
         self.shown.update(dict.fromkeys(c.id for c in self.agent.index.chunks_of(doc_id)))  # its text is in context now
-        return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
+        return self._document(doc_id)
 
     def prune_chunks(self, chunk_ids: list[str]) -> str:
         """Drop chunks (or whole documents read) from the context."""
@@ -87,10 +86,12 @@ class _Run:
         new = named | {d for d in self.read - pruned if all(c.id in pruned for c in index.chunks_of(d))}
         self.pruned |= new
         dropped = new | {c.id for d in new for c in index.chunks_of(d) if c.id in self.shown}  # a document's chunks
-        known = set(self.shown) | set(self.seen_docs)
+        entries = [f"[{c}] {index.by_id[c].text}" for c in dropped if c in self.shown] + [
+            self._document(d) for d in dropped if d in self.read
+        ]
         for message in self.messages:
             if message["role"] == "tool":
-                message["content"] = _drop(message["content"], dropped, known)
+                message["content"] = _drop(message["content"], entries)
         staying = sorted(c for c in named if c in index.by_id and index.by_id[c].doc_id in self.read - self.pruned)
         if staying:  # the tool says what is still in context, not only what it was asked
             docs = sorted({index.by_id[c].doc_id for c in staying})
@@ -146,9 +147,18 @@ class _Run:
         if not chunks:
             return "no new chunks"
         for c in chunks:
+            if c.doc_id in self.pruned:  # pruned by its id, in context again with this chunk: prunable again by it
+                self.pruned.remove(c.doc_id)
+                self.pruned.update(x.id for x in self.agent.index.chunks_of(c.doc_id) if x.id in self.shown)
             self.shown[c.id] = None
             self._saw(c.doc_id)
         return "\n".join(f"[{c.id}] {c.text}" for c in chunks)
+
+    def _document(self, doc_id: str) -> str:
+        """A document read whole as `read_document` shows it (its paragraphs' line breaks kept): what pruning it
+        deletes."""
+        doc = self.agent.index.document(doc_id)
+        return f"[{doc_id}] {doc.title + ': ' if doc.title else ''}{doc.text}"
 
     def _saw(self, doc_id: str) -> None:
         if doc_id not in self.seen_docs:
@@ -166,19 +176,18 @@ class _Run:
         return line
 
 
-def _drop(content: str, ids: set[str], known: set[str]) -> str:
-    """A tool result without the entries of pruned chunks / documents. An entry begins with a line `[id] text` (id
-    one of the `known` chunks and documents) and runs to the next entry: a document read whole keeps its paragraphs'
-    line breaks, and all of them go. The context usage line (`_usage`) stays."""
-    kept, dropping = [], False
-    for line in content.split("\n"):
-        if (head := _ENTRY.match(line)) and head[1] in known:
-            dropping = head[1] in ids
-        elif line.startswith("[context: "):
-            dropping = False
-        if not dropping:
-            kept.append(line)
+def _drop(content: str, entries: list[str]) -> str:
+    """A tool result without `entries` (a chunk's line `[id] text`, or a document read whole with its paragraphs),
+    each matched whole from the start of a line: a line of a document that looks like an entry (a footnote `[2]
+    Smith, 1990.` in a corpus whose ids are numbers) is its text, neither the start of another entry nor the end of
+    its own. The context usage line (`_usage`) stays."""
+    lines, kept, at = content.split("\n"), [], 0
+    parts = [entry.split("\n") for entry in entries]
+    while at < len(lines):
+        entry = next((p for p in parts if lines[at : at + len(p)] == p), None)
+        if entry is None:
+            kept.append(lines[at])
+            at += 1
+        else:
+            at += len(entry)
     return "\n".join(kept)
-
-
-_ENTRY = re.compile(r"\[([^\]]+)\] ")
