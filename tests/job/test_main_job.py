@@ -538,3 +538,19 @@ def test_a_mistyped_model_or_tool_format_fails_before_the_run_folder_holds_a_con
     with pytest.raises(ValueError, match="--model / model: 'missing-model'"):
         main.start_run(JobConfig(model="missing-model"), tmp_path / "api")
     assert not (tmp_path / "api").exists()
+
+
+def test_a_runs_relative_paths_are_kept_absolute_so_resume_works_from_another_directory(tmp_path, monkeypatch):
+    from harnessrl.envs.search.data import write_corpus
+
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "data", *synthetic(0, people=12))
+    relative = {"data": {"corpus": "data/corpus.jsonl", "tasks": "data/tasks.jsonl"}, "model": "tiny"}
+    main.start_run(JobConfig.model_validate(relative), Path("run"))
+    held = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]
+    assert held["corpus"] == str(tmp_path / "data" / "corpus.jsonl") and Path(held["tasks"]).is_absolute()
+    main.start_run(JobConfig.model_validate(relative), Path("run"))  # the same command again: the same run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert JobConfig.load_run(tmp_path / "run").data.corpus.is_file()  # what --resume reads, found from here

@@ -59,7 +59,7 @@ from harnessrl.eval.trend import training_trend
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.job.config import JobConfig
 from harnessrl.policy import Policy
-from harnessrl.policy.sources import check_model
+from harnessrl.policy.sources import PRESETS, SHIPPED, check_model
 from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import TrainConfig, Trainer, lora_for, precision
 from harnessrl.train.checkpoint import latest_checkpoint, write_atomic
@@ -80,12 +80,16 @@ def start_run(config: JobConfig, out: Path) -> None:
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
     mixed in (a ValueError names the keys). A corpus or task file that does not load fails here, before the folder
     holds the config (a retry with the mended file would be refused as another run); so does a `model:` that names
-    nothing loadable (the CLI sets it without validation)."""
+    nothing loadable (the CLI sets it without validation). Relative paths (data.corpus, data.tasks, code.tasks, a
+    model folder or .gguf) are made absolute in `config` and its file, so `--resume` from another directory finds them."""
     check_model(config.model)  # a SourceError (ValueError) naming --model / model:; no weights are read
+    _absolute(config)
     if config.data.corpus is not None:
         load(config.data.corpus, config.data.tasks)
     if (out / "config.yaml").is_file():
-        changed = _changed(JobConfig.load_run(out).model_dump(mode="json"), config.model_dump(mode="json"))
+        held = JobConfig.load_run(out)
+        _absolute(held)  # one written before its paths were made absolute: relative to here, as it was run
+        changed = _changed(held.model_dump(mode="json"), config.model_dump(mode="json"))
         if changed:
             raise ValueError(
                 f"{out} holds a run whose config differs in {', '.join(changed)}: continue it with"
@@ -93,6 +97,15 @@ def start_run(config: JobConfig, out: Path) -> None:
             )
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _absolute(config: JobConfig) -> None:
+    data = config.data
+    data.corpus, data.tasks = data.corpus and data.corpus.resolve(), data.tasks and data.tasks.resolve()
+    if config.code is not None and config.code.tasks is not None:
+        config.code.tasks = config.code.tasks.resolve()
+    if config.model != "tiny" and config.model not in (*SHIPPED, *PRESETS):  # a folder or a .gguf file (checked)
+        config.model = str(Path(config.model).resolve())
 
 
 def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -127,6 +140,8 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     phases (all but rl, reward, prefix_cache, loggers and budget_seconds; and rl.validation_tasks, rl.fresh_tasks,
     rl.train.lora): a ValueError names the keys that differ."""
     made = JobConfig.load_run(source)
+    _absolute(made)
+    _absolute(config)
     if not (source / "eval_before.json").is_file():
         raise ValueError(f"--warm-start {source}: its warm start is not finished (no eval_before.json)")
     changed = [
