@@ -89,3 +89,14 @@ def test_a_union_field_is_named_once_with_what_each_member_wanted():
         Config.model_validate({"budget": "fast"})
     said = first_error(refused.value, "config")
     assert said.startswith("budget: ") and "valid number" in said and "'auto'" in said, said
+
+
+def test_a_jsonl_file_saved_with_a_byte_order_mark_reads_and_a_later_one_is_named(tmp_path):
+    from harnessrl.types import TraceLineError, read_jsonl
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (Task(id="a").model_dump_json() + "\n").encode() * 2)
+    assert [t.id for t in read_jsonl(path, Task)] == ["a", "a"]
+    path.write_bytes((Task(id="a").model_dump_json() + "\n").encode() + b"\xef\xbb\xbf{}\n")
+    with pytest.raises(TraceLineError, match="line 2"):
+        read_jsonl(path, Task)

@@ -170,7 +170,7 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM some editors write first
             except UnicodeDecodeError as exc:
                 raise TraceLineError(f"{path}: line {number}: not UTF-8 (byte {exc.start} of the line)") from None
             if not line.strip():
