@@ -71,6 +71,15 @@ def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tm
     tasks.write_text(json.dumps(dict(json.loads(lines[0]), question="  ")) + "\n")
     with pytest.raises(TraceLineError, match=r"line 1: question: Value error, is blank"):
         load(corpus, tasks)
+    first = json.loads(lines[0])
+    tasks.write_text(json.dumps(dict(first, gold_doc_ids=first["gold_doc_ids"] * 2)) + "\n")
+    with pytest.raises(TraceLineError, match=r"line 1: gold_doc_ids: Value error, names '.+' twice"):
+        load(corpus, tasks)
+    tasks.write_text(lines[0] + "\n")
+    documents = corpus.read_text().splitlines()
+    corpus.write_text("\n".join([*documents, json.dumps({"id": "blank", "text": " \n "})]) + "\n")
+    with pytest.raises(TraceLineError, match=rf"line {len(documents) + 1}: text: Value error, is blank"):
+        load(corpus, tasks)
 
 
 def test_hybrid_search_finds_gold_chunks_and_skips_shown_ones(tmp_path):

@@ -27,6 +27,13 @@ class Doc(BaseModel):
     text: str = Field(min_length=1)
     title: str | None = None
 
+    @field_validator("text")
+    @classmethod
+    def _written(cls, v: str) -> str:
+        if not v.strip():  # nothing to find or read: the index would hold an empty chunk
+            raise ValueError("is blank")
+        return v
+
 
 class Quote(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -50,6 +57,13 @@ class SearchTask(BaseModel):
         min_length=1,
         description="the task's kind, e.g. its question template: eval reports success per family",
     )
+
+    @field_validator("gold_doc_ids")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) < len(v):  # a document counted twice: recall could never reach 1, hop counts read one too many
+            raise ValueError(f"names {next(d for d in v if v.count(d) > 1)!r} twice")
+        return v
 
     @field_validator("question")
     @classmethod
