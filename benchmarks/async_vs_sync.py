@@ -24,6 +24,7 @@ import random
 import time
 
 import openai
+from _args import at_least
 
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.policy import Policy
@@ -80,10 +81,10 @@ async def run(staleness: int, mode: str, args) -> tuple[float, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--updates", type=int, default=6)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--updates", type=at_least(1), default=6)
+    parser.add_argument("--group-size", type=at_least(1), default=8)
+    parser.add_argument("--groups", type=at_least(1), default=4)
+    parser.add_argument("--turns", type=at_least(1), default=3)
     args = parser.parse_args()
     results = {}
     for mode in ("uniform", "longtail"):

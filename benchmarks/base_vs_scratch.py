@@ -16,6 +16,8 @@ import json
 import random
 import time
 
+from _args import at_least
+
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.mixture import Mixture
 from harnessrl.policy.model import load_model_and_tokenizer
@@ -70,13 +72,15 @@ def run(model: str, train: list, test: list, steps: int, batch: int, lr: float) 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=at_least(1), default=60)
+    parser.add_argument("--batch", type=at_least(1), default=16)
     parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--train", type=int, default=480)
-    parser.add_argument("--test", type=int, default=100)
+    parser.add_argument("--train", type=at_least(1), default=480)
+    parser.add_argument("--test", type=at_least(1), default=100)
     parser.add_argument("--base", default="tiny-base", help="the pretrained model to compare with random init")
     args = parser.parse_args()
+    if args.batch > args.train:
+        parser.error(f"--batch {args.batch}: at most --train ({args.train}), the demonstrations a step samples from")
     train_mix, test_mix = Mixture(seed=424242), Mixture(seed=525252)
     train = [dossier(train_mix) for _ in range(args.train)]
     test = [dossier(test_mix) for _ in range(args.test)]

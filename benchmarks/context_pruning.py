@@ -1,6 +1,6 @@
 """The search agent with and without context pruning, on the same tasks: peak context and recall.
 
-    python benchmarks/context_pruning.py [--tasks 60] [--details 6] [--extra-searches 3] [--k 5] [--budget 4096]
+    python benchmarks/context_pruning.py [--tasks 60] [--details 6] [--extra-searches 3] [--k 5] [--budget 3072]
                                          [--corpus corpus.jsonl --tasks-file tasks.jsonl]
 
 The agent is the scripted search expert (`envs/search/expert.py`) acting through the real
@@ -33,6 +33,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from _args import at_least
 from rich.progress import track
 
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
@@ -53,6 +54,8 @@ async def arm(prune: str, gateway: GatewayClient, index: SearchIndex, tasks, arg
     rows = []
     for task in track(tasks, description=f"prune={prune}"):
         episode = await engine.episode(task)
+        if episode.status != "finished":  # e.g. a prompt past the model's context: --budget too near it
+            raise SystemExit(f"prune={prune}, task {task.id}: {episode.failure_reason}")
         info = episode.outcome.info
         gold = set(task.data["gold_doc_ids"])
         rows.append(
@@ -97,13 +100,22 @@ async def main(args) -> dict:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=60, help="first N tasks (both splits)")
-    parser.add_argument("--details", type=int, default=6, help="filler sentences per synthetic document")
-    parser.add_argument("--extra-searches", type=int, default=3)
-    parser.add_argument("--k", type=int, default=5, help="chunks per search")
-    parser.add_argument("--budget", type=int, default=4096, help="context budget (tokens), the same for both arms")
+    parser.add_argument("--tasks", type=at_least(1), default=60, help="first N tasks (both splits)")
+    parser.add_argument("--details", type=at_least(0), default=6, help="filler sentences per synthetic document")
+    parser.add_argument("--extra-searches", type=at_least(0), default=3)
+    parser.add_argument("--k", type=at_least(1), default=5, help="chunks per search")
+    parser.add_argument(
+        "--budget",
+        type=at_least(1),
+        default=3072,
+        help="context budget (tokens), the same for both arms; the arm without pruning ends ~650 tokens past it, "
+        "inside tiny-base's context of 4096",
+    )
     parser.add_argument(
         "--corpus", type=Path, help="corpus.jsonl (with --tasks-file); default: the synthetic generator"
     )
     parser.add_argument("--tasks-file", type=Path)
-    print(json.dumps(asyncio.run(main(parser.parse_args()))))
+    args = parser.parse_args()
+    if (args.corpus is None) != (args.tasks_file is None):
+        parser.error("--corpus and --tasks-file go together (without both: the synthetic generator)")
+    print(json.dumps(asyncio.run(main(args))))

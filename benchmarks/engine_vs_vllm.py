@@ -20,7 +20,10 @@ import platform
 import random
 import time
 
+from _args import at_least
+
 from harnessrl.policy import Policy, SamplingParams
+from harnessrl.policy.vllm import SyncError
 
 
 async def round_trip(engine, prompts: list[list[int]], tokens: int) -> float:
@@ -36,12 +39,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vllm-url", required=True)
     parser.add_argument("--model", default="tiny-base")
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--requests", type=at_least(1), default=32)
+    parser.add_argument("--tokens", type=at_least(1), default=64)
     args = parser.parse_args()
     rng = random.Random(0)
     local = Policy.load(args.model)
-    served = Policy.load(args.model, vllm_url=args.vllm_url)
+    try:
+        served = Policy.load(args.model, vllm_url=args.vllm_url)
+    except SyncError as exc:
+        raise SystemExit(f"{exc}: start a server of the same weights first (docs/distributed.md)") from None
     vocab = local.model.config.vocab_size
     prompts = [[rng.randrange(5, vocab) for _ in range(24)] for _ in range(args.requests)]
     results = {}

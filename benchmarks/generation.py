@@ -1,6 +1,6 @@
 """Generation throughput: continuous batching vs one request at a time, and the gateway's overhead.
 
-    python benchmarks/generation.py [--requests 32] [--max-tokens 64] [--repeats 3]
+    python benchmarks/generation.py [--requests 32] [--max-tokens 64] [--repeats 5]
 
 Same 32 seeded chat requests, the tiny model, every completion max_tokens long (ignore_eos), measured
 in one run:
@@ -35,6 +35,7 @@ import statistics
 import time
 
 import torch
+from _args import at_least
 
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
 from harnessrl.gateway.client import _http
@@ -136,9 +137,9 @@ async def _mixed_load(policy: Policy, conversations: list[list[dict]], repeats: 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--requests", type=at_least(1), default=32)
+    parser.add_argument("--max-tokens", type=at_least(1), default=64)
+    parser.add_argument("--repeats", type=at_least(1), default=5)
     args = parser.parse_args()
 
     policy = Policy.load("tiny")

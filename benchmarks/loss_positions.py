@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from _args import at_least
 
 import harnessrl.train.trainer as trainer_module
 from harnessrl.policy import Policy
@@ -36,10 +37,13 @@ from harnessrl.train.losses import token_logprobs
 from harnessrl.types import Call, Episode, RewardBreakdown, Task
 
 
-def every_position(model, mb, sampled=False, with_entropy_grad=False):
+def every_position(model, mb, sampled=False, with_entropy_grad=False, vocab=None):
     """The baseline: project and log-softmax every tail position, then read the loss positions."""
     sampling = (mb.temperature, mb.top_p) if sampled else ()
-    return token_logprobs(tail_logits(model, mb), mb.ids, *sampling, with_entropy_grad=with_entropy_grad)
+    logits = tail_logits(model, mb)  # (B, T, V)
+    if sampled:  # ids from `vocab` on (embedding rows no token maps to) get no probability, as in `tail_logprobs`
+        logits = logits[..., :vocab]
+    return token_logprobs(logits, mb.ids, *sampling, with_entropy_grad=with_entropy_grad)
 
 
 def episodes(n: int, turns: int, prompt: int, completion: int, observation: int, vocab: int) -> list[Episode]:
@@ -65,12 +69,12 @@ def episodes(n: int, turns: int, prompt: int, completion: int, observation: int,
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny-base")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--episodes", type=int, default=16)
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--prompt", type=int, default=300)
-    parser.add_argument("--completion", type=int, default=25)
-    parser.add_argument("--observation", type=int, default=110)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--episodes", type=at_least(4), default=16)
+    parser.add_argument("--turns", type=at_least(1), default=4)
+    parser.add_argument("--prompt", type=at_least(1), default=300)
+    parser.add_argument("--completion", type=at_least(1), default=25)
+    parser.add_argument("--observation", type=at_least(0), default=110)
     args = parser.parse_args()
 
     policy = Policy.load(args.model)

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import at_least
+
 from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
 from harnessrl.eval.heldout import evaluate
 from harnessrl.gateway import GatewayClient, create_app
@@ -43,9 +45,11 @@ async def one_eval(policy: Policy, agent: SearchAgent, tasks) -> tuple[float, li
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny-base")
-    parser.add_argument("--tasks", type=int, default=44)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--tokens", type=int, default=32768, help="the cache's size in tokens (the jobs' default)")
+    parser.add_argument("--tasks", type=at_least(1), default=44)
+    parser.add_argument("--rounds", type=at_least(1), default=2)
+    parser.add_argument(
+        "--tokens", type=at_least(1), default=32768, help="the cache's size in tokens (the jobs' default)"
+    )
     args = parser.parse_args()
     data = DataConfig()  # the main job's corpus and held-out tasks
     docs, items = synthetic(data.synthetic_seed, people=data.synthetic_people)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _args import at_least
 
 from harnessrl.loop.registry import Registry
 
@@ -78,7 +79,7 @@ class Load:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=at_least(1), default=4)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         registry = Registry.create(Path(tmp) / "registry", "weather")

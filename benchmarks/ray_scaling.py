@@ -22,6 +22,7 @@ import time
 
 import openai
 import ray
+from _args import at_least
 
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
 from harnessrl.policy import Policy
@@ -59,9 +60,9 @@ async def timed(base_url: str, workers: int, args) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=24)
+    parser.add_argument("--episodes", type=at_least(1), default=24)
     parser.add_argument("--tool-seconds", type=float, default=0.3)
-    parser.add_argument("--worker-concurrency", type=int, default=2)
+    parser.add_argument("--worker-concurrency", type=at_least(1), default=2)
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     policy = Policy.load("tiny")

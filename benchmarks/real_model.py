@@ -39,6 +39,7 @@ import peft
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import at_least  # noqa: E402
 from generation import _requests  # noqa: E402
 from train_throughput import _bare_step, _groups, alternate  # noqa: E402
 
@@ -75,13 +76,13 @@ def _hf_generate(policy: Policy, prompts: list[list[int]], max_tokens: int, fixe
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--requests", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--prompt", type=int, default=64)
-    parser.add_argument("--completion", type=int, default=64)
+    parser.add_argument("--requests", type=at_least(1), default=32)
+    parser.add_argument("--max-tokens", type=at_least(1), default=64)
+    parser.add_argument("--steps", type=at_least(1), default=2)
+    parser.add_argument("--groups", type=at_least(1), default=4)
+    parser.add_argument("--group-size", type=at_least(1), default=4)
+    parser.add_argument("--prompt", type=at_least(1), default=64)
+    parser.add_argument("--completion", type=at_least(1), default=64)
     args = parser.parse_args()
 
     policy = Policy.load(args.model, max_batch=args.requests)

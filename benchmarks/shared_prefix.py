@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from _args import at_least
 
 import harnessrl.train.batches as batches
 from harnessrl.policy import Policy
@@ -68,8 +69,8 @@ def plain(batch):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny-base")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--episodes", type=at_least(1), default=16)
     args = parser.parse_args()
 
     policy = Policy.load(args.model)

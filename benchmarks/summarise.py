@@ -21,6 +21,8 @@ import os
 import platform
 from pathlib import Path
 
+from _args import at_least
+
 from harnessrl.job import code
 from harnessrl.job.config import JobConfig
 from harnessrl.types import Episode, read_jsonl
@@ -41,9 +43,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=Path(__file__).parents[1] / "examples" / "code.yaml")
     parser.add_argument("--out", type=Path, default=Path("runs/summarise"))
-    parser.add_argument("--summarise-at", type=int, default=384)
+    parser.add_argument("--summarise-at", type=at_least(1), default=384)
     args = parser.parse_args()
-    base = JobConfig.load(args.config)
+    try:
+        base = JobConfig.load(args.config)
+    except (OSError, ValueError) as exc:  # no such file; not YAML, or a key or value the config refuses
+        parser.error(f"--config: {exc}")
     if base.code is None:
         parser.error(f"--config {args.config}: no code: section")
     base.code.summarise_at = args.summarise_at

@@ -26,6 +26,8 @@ import platform
 import shutil
 from pathlib import Path
 
+from _args import at_least
+
 from harnessrl.job import swarm
 from harnessrl.job.config import JobConfig
 
@@ -41,11 +43,16 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=Path(__file__).parents[1] / "examples" / "swarm.yaml")
     parser.add_argument("--out", type=Path, default=Path("runs/swarm-bench"))
     parser.add_argument("--fresh", action="store_true", help="delete --out first (else its finished phases are kept)")
-    parser.add_argument("--widths", default="", help="more widths for the scripted orchestrator, e.g. 12,16")
+    parser.add_argument(
+        "--widths", type=width_list, default=[], help="more widths for the scripted orchestrator, e.g. 12,16"
+    )
     args = parser.parse_args()
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
-    config = JobConfig.load(args.config)
+    try:
+        config = JobConfig.load(args.config)
+    except (OSError, ValueError) as exc:  # no such file; not YAML, or a key or value the config refuses
+        parser.error(f"--config: {exc}")
     if config.swarm is None:
         parser.error(f"--config {args.config}: no swarm: section")
     # a run folder holding this config's run goes on from its finished phases; one of another config is refused
@@ -55,7 +62,7 @@ def main() -> None:
     by_update = {key: [round(m.get(key, float("nan")), 3) for m in rl] for key in
                  ("reward/item_f1", "swarm/spawn_rate", "swarm/finish_rate", "swarm/critical_steps")}  # fmt: skip
     widths = {summary["width"]: structure(summary)}
-    for width in [int(w) for w in args.widths.split(",") if w]:
+    for width in args.widths:
         widths[width] = structure(scripted_at(config, width, summary["subagent_model"], args.out / f"width-{width}"))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; run folder {args.out}")
     for key, values in by_update.items():
@@ -63,6 +70,11 @@ def main() -> None:
     for width, figures in widths.items():
         print(f"width {width}: {figures}")
     print(json.dumps({k: summary[k] for k in KEYS} | {"by_update": by_update, "scripted_by_width": widths}))
+
+
+def width_list(text: str) -> list[int]:
+    """--widths: parsed before the job runs (a typo used to fail after it, with a traceback)."""
+    return [at_least(2)(w) for w in text.split(",") if w.strip()]
 
 
 def scripted_at(config: JobConfig, width: int, subagent: str, out: Path) -> dict:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from _args import at_least
 
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
@@ -73,11 +74,11 @@ def alternate(steps: dict, rounds: int, tokens: int, spec: str = ",.0f") -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--groups", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--completion", type=int, default=128)
+    parser.add_argument("--steps", type=at_least(1), default=5)
+    parser.add_argument("--groups", type=at_least(1), default=8)
+    parser.add_argument("--group-size", type=at_least(1), default=4)
+    parser.add_argument("--prompt", type=at_least(1), default=128)
+    parser.add_argument("--completion", type=at_least(1), default=128)
     args = parser.parse_args()
 
     policy = Policy.load("tiny")

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import openai
 import torch
+from _args import at_least
 from rich import progress as bar
 from transformers.utils import logging as hf_logging
 
@@ -282,12 +283,12 @@ def _check_same_prompts(items: list[Item]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--updates", type=int, default=30)
-    parser.add_argument("--prompts", type=int, default=8, help="groups per update")
-    parser.add_argument("--generations", type=int, default=8, help="group size")
-    parser.add_argument("--max-completion", type=int, default=16, help="tokens")
+    parser.add_argument("--updates", type=at_least(1), default=30)
+    parser.add_argument("--prompts", type=at_least(1), default=8, help="groups per update")
+    parser.add_argument("--generations", type=at_least(2), default=8, help="group size")
+    parser.add_argument("--max-completion", type=at_least(1), default=16, help="tokens")
     parser.add_argument("--lr", type=float, default=2e-5)
-    parser.add_argument("--last", type=int, default=5, help="updates averaged")
+    parser.add_argument("--last", type=at_least(1), default=5, help="updates averaged")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     hf_logging.disable_progress_bar()

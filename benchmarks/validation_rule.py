@@ -73,6 +73,10 @@ def main() -> None:
         raise SystemExit("no run folder with validation.jsonl and summary.json")
     if args.p is None:
         args.p = [p for p in (1.0, 0.3, 0.2, 0.1, 0.05) if p <= min(r["own_p"] for r in runs)]
+        if not args.p:
+            raise SystemExit(
+                f"no default P at or below the runs' rl.validation_p {min(r['own_p'] for r in runs)}: give --p"
+            )
     for r in runs:
         if max(args.p) > r["own_p"]:
             raise SystemExit(

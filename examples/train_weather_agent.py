@@ -182,4 +182,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.updates < 1:
         parser.error("--updates: at least 1 (the figures compare the first update with the last)")
+    if args.group_size < 2:
+        parser.error("--group-size: at least 2 (an episode's advantage is its reward against its group's)")
+    if args.groups < 1 or args.heldout_repeats < 1:
+        parser.error("--groups and --heldout-repeats: at least 1")
     print(json.dumps(asyncio.run(main(args))))

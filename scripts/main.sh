@@ -9,8 +9,11 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 out=""
 args=("$@")
-for ((i = 0; i + 1 < ${#args[@]}; i++)); do
-  [[ "${args[$i]}" == "--out" || "${args[$i]}" == "--resume" ]] && out="${args[$((i + 1))]}"
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --out | --resume) if ((i + 1 < ${#args[@]})); then out="${args[$((i + 1))]}"; fi ;;
+    --out=* | --resume=*) out="${args[$i]#*=}" ;;  # the form click also takes: else --out runs/main overrode it
+  esac
 done
 if [[ -z "$out" ]]; then out=runs/main; args+=(--out "$out"); fi
 harnessrl train "${args[@]}"

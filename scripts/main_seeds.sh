@@ -5,6 +5,7 @@
 #   bash scripts/main_seeds.sh [--corpus C --tasks T]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh  # a fresh clone has no .venv yet
 . .venv/bin/activate
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 root="${ROOT:-runs/seeds}"

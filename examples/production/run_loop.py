@@ -137,8 +137,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
+    if min(args.users, args.repeats, args.items) < 1:
+        parser.error("--users, --repeats and --items: at least 1")
     started = time.perf_counter()
     out = args.out.resolve()
+    if out.exists() and not (out / "loop.yaml").is_file() and (not out.is_dir() or any(out.iterdir())):
+        parser.error(f"--out {args.out}: holds something other than this example's run, and --out is emptied first")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     registry = out / "registry"
