@@ -2,6 +2,7 @@
 write, an expired episode's key, and the lifespan tasks of a gateway on a background server."""
 
 import asyncio
+import socket
 
 import httpx
 import openai
@@ -224,3 +225,16 @@ async def test_feedback_by_completion_id_reaches_a_proxied_call(swarm_models, tm
         assert (await gateway.feedback(episode_id, "accepted", call=reply.id))["call"] == 0
         await gateway.aclose()
     store.close()
+
+
+async def test_a_client_with_no_gateway_at_its_url_says_where_it_looked():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = GatewayClient(ADMIN_KEY, base_url=f"http://127.0.0.1:{port}")
+    try:
+        with pytest.raises(GatewayError, match=rf"POST http://127.0.0.1:{port}/v1/episodes: ConnectError") as failed:
+            await client.create_episode()
+        assert failed.value.status is None
+    finally:
+        await client.aclose()

@@ -87,7 +87,10 @@ class GatewayClient:
         await self._request("DELETE", f"/v1/episodes/{episode_id}")
 
     async def _request(self, method: str, path: str, **kwargs) -> dict:
-        response = await self._http.request(method, path, **kwargs)
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except _http.TransportError as exc:  # no server there, a refused or dropped connection: say where
+            raise GatewayError(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc or 'no answer'}") from exc
         if response.status_code >= 400:
             raise GatewayError(f"{method} {path}: {response.status_code} {response.text}", response.status_code)
         return response.json()
