@@ -17,10 +17,12 @@ if [ ${#debian[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
     (apt-get update -qq && apt-get install -y -qq "${debian[@]}") >"$apt_log" 2>&1 &
     apt_pid=$!
 fi
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-    { echo "harnessrl needs Python >= 3.11; python3 is $(python3 --version 2>&1)" >&2; exit 1; }
-# a .venv without pip (venv's ensurepip failed: Debian's python3-venv missing) is set up again, not used as it is
-[ -x .venv/bin/pip ] || python3 -m venv .venv
+# a .venv without pip (venv's ensurepip failed: Debian's python3-venv missing) is made again, stamp and all
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+        { echo "harnessrl needs Python >= 3.11; python3 is $(python3 --version 2>&1)" >&2; exit 1; }
+    python3 -m venv --clear .venv
+fi
 . .venv/bin/activate
 # pip runs again only when this script or pyproject.toml changed since it last succeeded (a warm rerun: ~20 s saved)
 stamp=$(cat scripts/setup.sh pyproject.toml | sha256sum | cut -c1-16)

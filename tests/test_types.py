@@ -79,6 +79,8 @@ def test_a_yaml_key_given_twice_is_named_with_its_line_and_a_merge_key_may_be_ov
     merged = tmp_path / "merged.yaml"
     merged.write_text("base: &b {lr: 1, steps: 2}\nrun:\n  <<: *b\n  lr: 3\n")
     assert read_yaml(merged)["run"] == {"lr": 3, "steps": 2}
+    merged.write_text("a: 1\n=: 2\n")  # a value key, a plain string to safe_load
+    assert read_yaml(merged) == {"a": 1, "=": 2}
 
 
 def test_a_union_field_is_named_once_with_what_each_member_wanted():
@@ -87,8 +89,12 @@ def test_a_union_field_is_named_once_with_what_each_member_wanted():
 
     with pytest.raises(ValidationError) as refused:
         Config.model_validate({"budget": "fast"})
-    said = first_error(refused.value, "config")
+    said = first_error(refused.value, "config", {"budget": "fast"})
     assert said.startswith("budget: ") and "valid number" in said and "'auto'" in said, said
+    with pytest.raises(ValidationError) as refused:  # a key that is no identifier is a key, not a union's member
+        Episode.model_validate({"metrics": {"error/malformed": "yes"}})
+    for data in (None, {"metrics": {"error/malformed": "yes"}}):
+        assert first_error(refused.value, "line", data).startswith("metrics.error/malformed: "), data
 
 
 def test_a_jsonl_file_saved_with_a_byte_order_mark_reads_and_a_later_one_is_named(tmp_path):

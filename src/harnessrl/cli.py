@@ -185,6 +185,7 @@ def probe(
     import json
 
     from harnessrl.eval import probe as probes
+    from harnessrl.eval.inspect import NotThisTokenizer
     from harnessrl.types import Episode, TraceLineError, read_jsonl
 
     given = _given(ctx, "items", "seed", "record_grid", "context", "temperature")
@@ -203,7 +204,7 @@ def probe(
         if episodes is not None:
             try:
                 found = probes.decisions(policy, episodes)
-            except ValueError as exc:  # NotThisTokenizer
+            except NotThisTokenizer as exc:
                 _fail(f"--decisions {decisions}: {exc}")
         elif record_grid:
             scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)

@@ -189,25 +189,36 @@ def line_error(path: Path, number: int, exc: ValidationError) -> TraceLineError:
     return TraceLineError(f"{path}: line {number}: {first_error(exc, 'line')}")
 
 
-def first_error(exc: ValidationError, whole: str) -> str:
-    """`field.path: message` of the first error pydantic found; `whole` names the thing when no field is at fault."""
+def first_error(exc: ValidationError, whole: str, data: Any = None) -> str:
+    """`field.path: message` of the first error pydantic found; `whole` names the thing when no field is at fault.
+    Given the `data` validated, a union's member names in the path (`budget_seconds.constrained-float`) are found as
+    names `data` does not hold: the field is named once, with what each member wanted."""
     errors = exc.errors()
     first = errors[0]
     if not first["loc"] and first["type"] == "value_error":  # a model validator's message names its own fields
         return first["msg"].removeprefix("Value error, ")
-    loc = first["loc"]
-    # a union names the member it tried (`budget_seconds.constrained-float`, `stop.list[str]`): no field's name; one
-    # message for each member, under the field
-    at = next((i for i, part in enumerate(loc) if isinstance(part, str) and _member(part)), None)
-    if at is not None:
-        wanted = dict.fromkeys(e["msg"] for e in errors if e["loc"][:at] == loc[:at])
-        return f"{'.'.join(map(str, loc[:at])) or whole}: {'; or '.join(wanted)}"
-    return f"{'.'.join(map(str, loc)) or whole}: {first['msg']}"
+    if data is not None:
+        path, at = input_path(first["loc"], data, first["type"] == "missing")
+        if at is not None:
+            wanted = dict.fromkeys(e["msg"] for e in errors if e["loc"][:at] == first["loc"][:at])
+            return f"{'.'.join(map(str, path)) or whole}: {'; or '.join(wanted)}"
+    return f"{'.'.join(map(str, first['loc'])) or whole}: {first['msg']}"
 
 
-def _member(part: str) -> bool:
-    """Whether a `loc` part names a union's member (pydantic's tag: `float`, `literal['auto']`, `list[str]`)."""
-    return not part.isidentifier() or part in {"int", "float", "str", "bool", "bytes", "none", "list", "dict"}
+def input_path(loc: tuple, data: Any, missing: bool = False) -> tuple[list, int | None]:
+    """The parts of an error's `loc` that are positions in `data` (and the field a `missing` error names, last), and
+    the index of the first part that is none (pydantic's name of a union's member: `str`, `list[str]`), or None."""
+    path, value, member = [], data, None
+    for i, part in enumerate(loc):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and type(part) is int and 0 <= part < len(value):
+            value = value[part]
+        elif not (missing and i == len(loc) - 1):
+            member = i if member is None else member
+            continue
+        path.append(part)
+    return path, member
 
 
 def read_yaml(path: Path) -> Any:
@@ -235,7 +246,8 @@ def _unique_keys_loader() -> type:
     def mapping(loader, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden here
+            # `<<: *base` (its keys may be overridden here) and `=` (a value key): what safe_load makes of them
+            if key_node.tag in ("tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"):
                 continue
             key = loader.construct_object(key_node, deep=deep)
             if isinstance(key, Hashable) and key in seen:
@@ -254,4 +266,4 @@ def validated(model: type[M], data: Any, path: Path) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(f"{path}: {first_error(exc, 'config')}") from None
+        raise ValueError(f"{path}: {first_error(exc, 'config', data)}") from None

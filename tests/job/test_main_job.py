@@ -542,14 +542,22 @@ def test_a_mistyped_model_or_tool_format_fails_before_the_run_folder_holds_a_con
 
 def test_a_runs_relative_paths_are_kept_absolute_so_resume_works_from_another_directory(tmp_path, monkeypatch):
     from harnessrl.envs.search.data import write_corpus
+    from harnessrl.policy.tiny import build_tiny
 
     monkeypatch.chdir(tmp_path)
     write_corpus(tmp_path / "data", *synthetic(0, people=12))
-    relative = {"data": {"corpus": "data/corpus.jsonl", "tasks": "data/tasks.jsonl"}, "model": "tiny"}
+    build_tiny()[0].config.save_pretrained(tmp_path / "model")  # a folder `model:` may name (config.json)
+    relative = {"data": {"corpus": "data/corpus.jsonl", "tasks": "data/tasks.jsonl"}, "model": "model"}
     main.start_run(JobConfig.model_validate(relative), Path("run"))
-    held = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]
-    assert held["corpus"] == str(tmp_path / "data" / "corpus.jsonl") and Path(held["tasks"]).is_absolute()
+    held = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (
+        held["data"]["corpus"] == str(tmp_path / "data" / "corpus.jsonl") and Path(held["data"]["tasks"]).is_absolute()
+    )
+    assert held["model"] == str(tmp_path / "model")
     main.start_run(JobConfig.model_validate(relative), Path("run"))  # the same command again: the same run
+    older = dict(held, model="model", data=dict(held["data"], **relative["data"]))  # written before: relative
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(older))
+    main.start_run(JobConfig.model_validate(relative), Path("run"))  # still the same run, read from here
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -54,7 +54,8 @@ from harnessrl.gateway.schema import (
 from harnessrl.gateway.serving import DELETED, EXPIRED, Recorder, RecordError, Serving
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
-from harnessrl.types import Call
+from harnessrl.policy.engine import NotEmbedded
+from harnessrl.types import Call, input_path
 
 log = logging.getLogger("harnessrl.gateway")
 
@@ -406,16 +407,6 @@ def create_app(
         forced = _forced_prefix(model, body)
         prompt_ids = prompt.ids + model.encode(forced) if forced else prompt.ids
         room = model.context - len(prompt_ids)
-        rows = getattr(model.engine, "rows", None)  # the local engine's embedding rows (a vLLM server checks its own)
-        if rows is not None and (bad := next((i for i in prompt_ids if not 0 <= i < rows), None)) is not None:
-            # an added token past the rows (a [PAD] added without resizing): the engine would refuse it as a 500
-            raise APIError(
-                400,
-                f"messages: the prompt holds token {model.tokenizer.convert_ids_to_tokens(bad)!r} (id {bad}), which "
-                f"the model has no embedding for (0 to {rows - 1})",
-                param="messages",
-                code="invalid_prompt",
-            )
         if room < 1:
             raise APIError(
                 400,
@@ -434,7 +425,13 @@ def create_app(
         started = time.time()
         # a pinned frozen model may answer from its cache of greedy completions
         generation = (served or model.engine).generate(prompt_ids, params, body.n)
-        completions = await _unless_disconnected(request, generation)
+        try:
+            completions = await _unless_disconnected(request, generation)
+        except NotEmbedded as exc:  # an added token past the rows (a [PAD] added without resizing)
+            token = model.tokenizer.convert_ids_to_tokens(exc.token)
+            raise APIError(
+                400, f"messages: the prompt holds token {token!r}: {exc}", "messages", "invalid_prompt"
+            ) from None
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
         answers = [_assistant_message(model, completion, forced, body) for completion in completions]
@@ -772,21 +769,11 @@ def _located(errors: Sequence[dict], body) -> tuple[dict, list]:
 
 
 def _input_path(error: dict, body) -> tuple[list, tuple | None]:
-    """The positions of an error's `loc` in the request body (and the field a missing-field error names), and the
-    `loc` up to the first name that is not one (a union's member, `[key]`), or None."""
-    path, value, union = [], body, None
-    for i, part in enumerate(error["loc"]):
-        if i == 0 and part == "body":
-            continue
-        if isinstance(value, dict) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and type(part) is int and 0 <= part < len(value):
-            value = value[part]
-        elif not (error["type"] == "missing" and i == len(error["loc"]) - 1):
-            union = union or tuple(error["loc"][:i])
-            continue
-        path.append(part)
-    return path, union
+    """The positions of an error's `loc` in the request body, and the `loc` up to a union's member name, or None."""
+    loc = error["loc"]
+    skip = 1 if loc[:1] == ("body",) else 0
+    path, member = input_path(loc[skip:], body, error["type"] == "missing")
+    return path, None if member is None else tuple(loc[: skip + member])
 
 
 def _error_response(status: int, message: str, param: str | None, code: str | None) -> JSONResponse:

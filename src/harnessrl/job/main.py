@@ -100,12 +100,23 @@ def start_run(config: JobConfig, out: Path) -> None:
 
 
 def _absolute(config: JobConfig) -> None:
+    """The config's paths made absolute, in place: its files and model folders, the swarm's sub-agent's too."""
     data = config.data
     data.corpus, data.tasks = data.corpus and data.corpus.resolve(), data.tasks and data.tasks.resolve()
     if config.code is not None and config.code.tasks is not None:
         config.code.tasks = config.code.tasks.resolve()
-    if config.model != "tiny" and config.model not in (*SHIPPED, *PRESETS):  # a folder or a .gguf file (checked)
-        config.model = str(Path(config.model).resolve())
+    config.model = _model_path(config.model)
+    if (swarm := config.swarm) is not None:
+        swarm.subagent_run = swarm.subagent_run.resolve()
+        swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
+        swarm.subagent_model, swarm.subagent_base = map(_model_path, (swarm.subagent_model, swarm.subagent_base))
+
+
+def _model_path(model: str | None) -> str | None:
+    """A model folder or .gguf file as an absolute path; a name (tiny, a shipped base, a preset) as it is."""
+    if model is None or model == "tiny" or model in SHIPPED or model in PRESETS:
+        return model
+    return str(Path(model).resolve())
 
 
 def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:

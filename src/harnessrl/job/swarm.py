@@ -54,9 +54,7 @@ FROZEN = "searcher"  # the frozen sub-agent's model name behind the gateway
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
-    swarm = config.swarm  # absolute, so that `resume` from another directory finds the same sub-agent
-    swarm.subagent_run = swarm.subagent_run.resolve()
-    swarm.subagent_config = swarm.subagent_config and swarm.subagent_config.resolve()
+    swarm = config.swarm
     for key, model in (("swarm.subagent_model", swarm.subagent_model), ("swarm.subagent_base", swarm.subagent_base)):
         try:  # checked before the folder holds the config: a retry with the mended name is the same run
             if model is not None:
@@ -65,7 +63,7 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
             raise ValueError(f"{key}: {exc}") from None
     if swarm.subagent_config is not None:
         JobConfig.load(swarm.subagent_config)  # a ValueError naming the file and field
-    main.start_run(config, out)  # after: the folder's config.yaml holds these paths absolute
+    main.start_run(config, out)  # makes the sub-agent's paths absolute, so a resume from elsewhere finds them
     subagent = subagent_model(config, progress)
     return asyncio.run(_SwarmJob(config, out, progress, subagent).run())
 

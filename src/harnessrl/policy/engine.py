@@ -114,6 +114,14 @@ class _Row:
     reused: int = 0  # of which taken from the prefix cache
 
 
+class NotEmbedded(ValueError):
+    """A prompt id the model has no embedding row for (an added token past the rows)."""
+
+    def __init__(self, token: int, rows: int):
+        super().__init__(f"prompt id {token} is not one the model embeds (0 to {rows - 1})")
+        self.token = token
+
+
 class Engine:
     def __init__(
         self,
@@ -161,8 +169,8 @@ class Engine:
         if len(prompt_ids) >= self.context:
             raise ValueError(f"prompt has {len(prompt_ids)} tokens; the model's context is {self.context}")
         # refused here, not in the forward: a failed forward fails every row of its step, other requests' too
-        if bad := [i for i in prompt_ids if not 0 <= i < self.rows]:
-            raise ValueError(f"prompt id {bad[0]} is not one the model embeds (0 to {self.rows - 1})")
+        if min(prompt_ids) < 0 or max(prompt_ids) >= self.rows:  # in C: a 4k prompt costs no Python loop
+            raise NotEmbedded(next(i for i in prompt_ids if not 0 <= i < self.rows), self.rows)
         gen = None
         if params.seed is not None:
             gen = torch.Generator().manual_seed(params.seed)
