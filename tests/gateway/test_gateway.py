@@ -156,7 +156,7 @@ async def test_bad_requests_get_a_4xx_naming_the_field(gateway, tool_server):
             {"messages": [user], "tools": [{"type": "function", "function": {"description": "no name"}}]},
             "tools.0.function.name",
         ),
-        ({"messages": [user], "tool_choice": "required"}, "body"),
+        ({"messages": [user], "tool_choice": "required"}, "tool_choice"),  # named since 2026-12-06 (was body)
         ({"messages": [user], "metadata": {"trainable": "maybe"}}, "metadata.trainable"),
         ({"messages": [user], "temperature": True}, "temperature"),  # no coercion, as OpenAI's API
         ({"messages": [user], "max_tokens": "3"}, "max_tokens"),
