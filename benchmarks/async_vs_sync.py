@@ -24,8 +24,8 @@ import random
 import time
 
 import openai
-from _args import at_least
 
+from harnessrl.argtypes import at_least
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.policy import Policy
 from harnessrl.rewards import Reward, weighted

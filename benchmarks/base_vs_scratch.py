@@ -16,8 +16,7 @@ import json
 import random
 import time
 
-from _args import at_least
-
+from harnessrl.argtypes import at_least
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.mixture import Mixture
 from harnessrl.policy.model import load_model_and_tokenizer

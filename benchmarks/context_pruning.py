@@ -33,9 +33,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _args import at_least
 from rich.progress import track
 
+from harnessrl.argtypes import at_least
 from harnessrl.envs.search import SearchAgent, SearchIndex, context1_reward, load, synthetic
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.gateway import GatewayClient, create_app

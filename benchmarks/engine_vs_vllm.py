@@ -20,8 +20,7 @@ import platform
 import random
 import time
 
-from _args import at_least
-
+from harnessrl.argtypes import at_least
 from harnessrl.policy import Policy, SamplingParams
 from harnessrl.policy.vllm import SyncError
 

@@ -35,8 +35,8 @@ import statistics
 import time
 
 import torch
-from _args import at_least
 
+from harnessrl.argtypes import at_least
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
 from harnessrl.gateway.client import _http
 from harnessrl.policy import Policy, SamplingParams

@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _args import at_least
-
+from harnessrl.argtypes import at_least
 from harnessrl.envs.search import SearchAgent, SearchIndex, synthetic
 from harnessrl.eval.heldout import evaluate
 from harnessrl.gateway import GatewayClient, create_app

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import httpx
-from _args import at_least
 
+from harnessrl.argtypes import at_least
 from harnessrl.loop.registry import Registry
 
 ADMIN = "promotion-bench-admin-key"

@@ -22,8 +22,8 @@ import time
 
 import openai
 import ray
-from _args import at_least
 
+from harnessrl.argtypes import at_least
 from harnessrl.gateway import BackgroundServer, GatewayClient, create_app
 from harnessrl.policy import Policy
 from harnessrl.rewards import Reward

@@ -39,10 +39,10 @@ import peft
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import at_least  # noqa: E402
 from generation import _requests  # noqa: E402
 from train_throughput import _bare_step, _groups, alternate  # noqa: E402
 
+from harnessrl.argtypes import at_least  # noqa: E402
 from harnessrl.policy import Policy, SamplingParams  # noqa: E402
 from harnessrl.policy.model import load_model_and_tokenizer  # noqa: E402
 from harnessrl.train import LoraConfig, TrainConfig, Trainer  # noqa: E402

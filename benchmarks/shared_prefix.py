@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import torch
-from _args import at_least
 
 import harnessrl.train.batches as batches
+from harnessrl.argtypes import at_least
 from harnessrl.policy import Policy
 from harnessrl.train import TrainConfig, Trainer
 from harnessrl.types import Call, Episode, Task

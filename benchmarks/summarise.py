@@ -21,8 +21,7 @@ import os
 import platform
 from pathlib import Path
 
-from _args import at_least
-
+from harnessrl.argtypes import at_least
 from harnessrl.job import code
 from harnessrl.job.config import JobConfig
 from harnessrl.types import Episode, read_jsonl

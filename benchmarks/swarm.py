@@ -26,8 +26,7 @@ import platform
 import shutil
 from pathlib import Path
 
-from _args import at_least
-
+from harnessrl.argtypes import at_least
 from harnessrl.job import swarm
 from harnessrl.job.config import JobConfig
 

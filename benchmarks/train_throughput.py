@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 import torch
-from _args import at_least
 
+from harnessrl.argtypes import at_least
 from harnessrl.policy import Policy
 from harnessrl.policy.tiny import build_tiny
 from harnessrl.train import TrainConfig, Trainer

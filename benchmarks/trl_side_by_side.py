@@ -60,10 +60,10 @@ from dataclasses import dataclass, field
 
 import openai
 import torch
-from _args import at_least
 from rich import progress as bar
 from transformers.utils import logging as hf_logging
 
+from harnessrl.argtypes import at_least
 from harnessrl.gateway import GatewayClient, create_app
 from harnessrl.policy import Policy
 from harnessrl.policy.mixture import Item, Mixture

@@ -1,5 +1,5 @@
-"""What the benchmarks share: an argument type that refuses a count the benchmark cannot run with, at parse time
-(`--repeats 0` used to run the whole benchmark, then fail on the median of nothing)."""
+"""An argparse type the benchmarks and examples share: it refuses a count they cannot run with, at parse time
+(`--repeats 0` used to run a whole benchmark, then fail on the median of nothing)."""
 
 from __future__ import annotations
 
