@@ -22,7 +22,9 @@ from harnessrl.eval.evaluate import gain_ci
 from harnessrl.job import code, main, swarm
 from harnessrl.job.config import ConfigDefaultsWarning, DataConfig, JobConfig, SwarmJobConfig
 from harnessrl.job.main import validation_split
-from harnessrl.train import TrainConfig
+from harnessrl.policy.tiny import build_tiny
+from harnessrl.train import TrainConfig, Trainer
+from harnessrl.train.trainer import _lr_factor
 from harnessrl.types import Episode, Task, read_jsonl
 from tests.conftest import cli
 
@@ -458,6 +460,33 @@ def test_the_budget_counts_the_rl_seconds_of_a_start_killed_before_this_one(tmp_
     job = main._Job(JobConfig(budget_seconds=50), tmp_path, progress=False)
     job._current = ("rl", time.perf_counter())
     assert job._over_budget(0.0, 3) is None  # 16 s spent, an eval after of 5: within it
+
+
+def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_planned_steps(tmp_path, caplog):
+    """At the end of the warm-up the job fits SFT's steps to sft.budget_share of the budget at the pace measured so
+    far (the first step left out); the schedule then decays over them as if planned from the start."""
+    (tmp_path / "phases.json").write_text(json.dumps({"setup": 4.0, "demos": 6.0}))
+    config = JobConfig(model="tiny", budget_seconds=100)  # sft: 230 steps, 5 of warm-up, budget_share 0.6
+    job = main._Job(config, tmp_path, progress=False)
+    job._current = ("sft", time.perf_counter())
+    model, tokenizer = build_tiny(seed=0)
+    warm = TrainConfig(lr=1e-3, schedule="cosine", total_steps=230, warmup_steps=5)
+    trainer = Trainer(model, tokenizer, warm)
+    for _ in range(5):
+        trainer.scheduler.step()
+    trainer.step = 5
+    plan = job._plan_sft(trainer, [9.0, 1.0, 1.0, 1.0, 1.0])  # 10 s spent: 50 s more at 1 s a step
+    assert plan["steps"] == 54 and plan["of"] == 230 and plan["seconds_per_step"] == 1.0
+    assert json.loads((tmp_path / "sft" / "plan.json").read_text()) == plan == job._read_sft_plan()
+    assert "sft: 54 of sft.steps 230" in caplog.text
+    factor = _lr_factor(warm.model_copy(update={"total_steps": 54}))  # the schedule planned from the start
+    for step in range(5, 54):
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * factor(step))
+        trainer.scheduler.step()
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.0  # decayed to 0 at the 54th step
+    fast = main._Job(config, tmp_path / "fast", progress=False)
+    fast._current = ("sft", time.perf_counter())
+    assert fast._plan_sft(trainer, [0.5, 0.1])["steps"] == 230  # a fast CPU trains them all
 
 
 def test_the_budget_is_fifteen_minutes_for_the_embedded_default_only_unless_set():

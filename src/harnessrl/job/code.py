@@ -193,6 +193,7 @@ class _CodeJob(main._Job):
             "sandbox_guards": guards,
             "rl_updates": self.rl_updates,
             "budget_stop": self._budget_stop(),
+            "sft_plan": self._read_sft_plan(),
             "wall_seconds": sum(self.seconds.values()),
             "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
             "phase_seconds": self.seconds,

@@ -58,7 +58,7 @@ class SFTConfig(_Strict):
     # 230 steps of 8 (since 2026-12-05; before: 120, and 50 of 16 before 2026-12-04): the warm start is better and RL
     # gains more from it (mean +0.171 against +0.076 over three seeds on one machine; docs/search-history.md, "The
     # default since 2026-12-05"), for ~170 s more SFT
-    steps: int = Field(default=230, ge=0, description="0 skips the warm start")
+    steps: int = Field(default=230, ge=0, description="0 skips the warm start; fewer where budget_share ends it")
     batch_episodes: int = Field(default=8, ge=1)
     lr: float = Field(default=1e-3, gt=0)
     schedule: Literal["constant", "linear", "cosine", "wsd"] = Field(
@@ -77,6 +77,16 @@ class SFTConfig(_Strict):
     save_every: int = Field(default=20, ge=1, description="checkpoint every N steps (and at the end)")
     precision: Precision = Field(
         default="auto", description="auto: bf16 autocast where the CPU has it natively, else fp32"
+    )
+    # 0.6: on a Zen 4 in bf16 the 230 steps end at 0.56-0.72 of 900 s (2026-12-05/06); on a Zen 3 (AVX2, fp32) they
+    # took 924 s, past the whole budget, and RL made no update (2026-12-07, docs/search-history.md)
+    budget_share: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="with budget_seconds: SFT's schedule ends by this share of the budget (the job's seconds from its "
+        "start); its length is planned once, at the end of the warm-up, from the steps' pace so far (sft/plan.json), "
+        "so a slower CPU trains fewer than `steps` and leaves RL its time",
     )
 
 
@@ -282,8 +292,8 @@ class JobConfig(_Strict):
     budget_seconds: Annotated[float, Field(gt=0)] | Literal["auto"] | None = Field(
         default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update (as slow as the "
-        "slowest so far), a validation and the eval after (as this run measured them) would take the job past it; the "
-        "phases before RL are not cut. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an "
+        "slowest so far), a validation and the eval after (as this run measured them) would take the job past it, and "
+        "SFT trains fewer than sft.steps where they would pass sft.budget_share of it. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an "
         "embedded model, tiny-base, tiny-base-long or tiny, on the synthetic corpus), none for a real model or your "
         "own corpus; null: rl.updates always",
     )

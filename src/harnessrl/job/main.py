@@ -276,6 +276,7 @@ class _Job:
             "rl_updates": self.rl_updates,
             "budget_seconds": config.budget(),
             "budget_stop": self._budget_stop(),
+            "sft_plan": self._read_sft_plan(),
             "training_trend": training_trend(out / "metrics.jsonl"),
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],
@@ -347,11 +348,15 @@ class _Job:
             write_atomic(self.out / "sft" / "filter.json", json.dumps(counts, indent=1))
             if not demos:
                 raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
+        budget = self.config.budget()
+        plan = self._read_sft_plan() if budget is not None else None  # made for this sft.steps, else planned anew
+        plan = plan if plan and plan["of"] == cfg.steps else None
+        steps = plan["steps"] if plan else cfg.steps
         train_cfg = TrainConfig(
             lr=cfg.lr,
             name_weight=cfg.name_weight,
             schedule=cfg.schedule,
-            total_steps=cfg.steps,
+            total_steps=steps,
             warmup_steps=min(5, cfg.steps // 10),
             precision=cfg.precision,
             lora=self.lora,
@@ -375,16 +380,43 @@ class _Job:
             reason = f" ({len(failed)} failed; the first: {failed[0].failure_reason})" if failed else ""
             raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on{reason}")
         rng = random.Random(f"{self.config.seed}:{trainer.step}")
+        paces: list[float] = []  # this start's seconds per step
         with _bar("sft", self.progress) as bar:
-            job = bar.add_task("sft", total=cfg.steps, completed=trainer.step, status="")
-            while trainer.step < cfg.steps:
+            job = bar.add_task("sft", total=steps, completed=trainer.step, status="")
+            while trainer.step < steps:
+                started = time.perf_counter()
                 metrics = await asyncio.to_thread(
                     trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
                 )
+                paces.append(time.perf_counter() - started)
+                if not plan and budget is not None and trainer.step >= train_cfg.warmup_steps:
+                    plan = self._plan_sft(trainer, paces)
+                    steps = plan["steps"]
+                    bar.update(job, total=steps)
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
-                if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps:
+                if trainer.step % cfg.save_every == 0 or trainer.step == steps:
                     trainer.save(checkpoints)
                     self._phase_progress()
+
+    def _plan_sft(self, trainer: Trainer, paces: list[float]) -> dict:
+        """SFT's length under the time budget, planned once at the end of its warm-up: the steps that end by
+        `sft.budget_share` of the budget at the pace of this start's steps (the first left out: it is slower), at most
+        sft.steps. The schedule decays over them (`Trainer.reschedule`); sft/plan.json keeps them for a resume."""
+        cfg, budget = self.config.sft, self.config.budget()
+        pace = sum(paces[1:] or paces) / len(paces[1:] or paces)
+        spent = sum(v for k, v in self.seconds.items() if k not in ("sft", _unfinished("sft"))) + self._phase_seconds()
+        steps = min(cfg.steps, trainer.step + max(0, int((budget * cfg.budget_share - spent) / pace)))
+        record = {"steps": steps, "of": cfg.steps, "seconds_per_step": round(pace, 3), "seconds_at_plan": round(spent, 1),
+                  "until_seconds": budget * cfg.budget_share}  # fmt: skip
+        (self.out / "sft").mkdir(parents=True, exist_ok=True)
+        write_atomic(self.out / "sft" / "plan.json", json.dumps(record))
+        if steps < cfg.steps:
+            log.warning("sft: %d of sft.steps %d, %.1f s a step, to end by %.0f s of the budget's %.0f (sft.budget_share "
+                        "%s; budget_seconds: null trains them all)", steps, cfg.steps, pace, record["until_seconds"],
+                        budget, cfg.budget_share)  # fmt: skip
+        if steps != trainer.config.total_steps:
+            trainer.reschedule(steps)
+        return record
 
     async def _eval(self, name: str, agent: SearchAgent, greedy: SearchAgent, test) -> dict:
         path = self.out / f"{name}.json"
@@ -495,6 +527,11 @@ class _Job:
         log.warning("budget_seconds %s: RL ends at update %d of %d (projected %.0f s)", stop["budget"], stop["update"],
                     self.config.rl.updates, stop["projected_seconds"])  # fmt: skip
         write_atomic(self.out / "budget_stop.json", json.dumps(stop))
+
+    def _read_sft_plan(self) -> dict | None:
+        """sft/plan.json: SFT's length under the budget (`_plan_sft`), or None."""
+        path = self.out / "sft" / "plan.json"
+        return json.loads(path.read_text()) if path.is_file() else None
 
     def _budget_stop(self) -> dict | None:
         """budget_stop.json: where the time budget ended RL ({update, seconds, projected_seconds, budget}), or None."""

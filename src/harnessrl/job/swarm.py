@@ -216,6 +216,7 @@ class _SwarmJob(main._Job):
             "total_steps_swarm": after["total_steps"],
             "rl_updates": self.rl_updates,
             "budget_stop": self._budget_stop(),
+            "sft_plan": self._read_sft_plan(),
             "subagent_cache_hits": pinned.hits,  # sub-agent calls answered from an identical earlier one
             "chosen_update": chosen["update"],
             "validation": chosen["validation"],

@@ -384,6 +384,15 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group.update(initial_lr=cfg.lr, lr=cfg.lr * factor, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
+    def reschedule(self, total_steps: int) -> None:
+        """Another length for the learning-rate schedule, from the next step on (the job's SFT plan under its time
+        budget: made at the end of the warm-up, where no decay has begun, so the steps so far trained as they would)."""
+        self.config = self.config.model_copy(update={"total_steps": total_steps})
+        factor = _lr_factor(self.config)
+        self.scheduler.lr_lambdas = [factor] * len(self.optimizer.param_groups)
+        for base, group in zip(self.scheduler.base_lrs, self.optimizer.param_groups):
+            group["lr"] = base * factor(self.scheduler.last_epoch)
+
     def forget_after(self, step: int) -> None:
         """Drop metrics.jsonl lines past `step` (and a line cut short): a run that stopped after its last
         checkpoint redoes those steps, and each step is logged once."""
