@@ -44,3 +44,14 @@ def test_latest_names_the_newest_and_old_ones_are_pruned(tmp_path):
         save_checkpoint(tmp_path, number, write, {"updates": number}, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000004", "step-000005"]
     assert load_state(latest_checkpoint(tmp_path)) == {"updates": 5}
+
+
+def test_checkpoints_past_six_digits_are_ordered_by_number_not_by_text(tmp_path):
+    write = lambda folder: (folder / "model.safetensors").write_text("weights")  # noqa: E731
+    from harnessrl.train.checkpoint import save_checkpoint
+
+    for number in (999_998, 999_999, 1_000_000):
+        save_checkpoint(tmp_path, number, write, {"updates": number}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-1000000", "step-999999"]  # 999998 pruned
+    (tmp_path / "latest").unlink()  # without the pointer: the newest by number
+    assert load_state(latest_checkpoint(tmp_path)) == {"updates": 1_000_000}
