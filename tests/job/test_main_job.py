@@ -66,6 +66,8 @@ def test_train_runs_end_to_end_and_writes_the_run_folder(minimal_run):
     ):
         assert key in summary
     assert summary["peak_memory_mb"] > 100  # a torch process holding a model
+    plan = summary["sft_plan"]  # the embedded default's budget (900 s) planned its one step: all of them
+    assert plan["steps"] == plan["of"] == plan["planned_at"] == 1 and plan["until_seconds"] == 540.0
     assert summary["training_trend"] == {"updates": 1, "window": 0, "alarms": []}  # too few updates to compare
     low, high = summary["heldout_gain_ci"]  # the paired bootstrap interval of after - before
     low_greedy, high_greedy = summary["heldout_gain_ci_greedy"]  # the same of the greedy episodes
@@ -463,8 +465,8 @@ def test_the_budget_counts_the_rl_seconds_of_a_start_killed_before_this_one(tmp_
 
 
 def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_planned_steps(tmp_path, caplog):
-    """At the end of the warm-up the job fits SFT's steps to sft.budget_share of the budget at the pace measured so
-    far (the first step left out); the schedule then decays over them as if planned from the start."""
+    """After the warm-up the job fits SFT's steps to sft.budget_share of the budget at the pace measured so far (the
+    first step left out); the schedule then decays over them as if planned from the start."""
     (tmp_path / "phases.json").write_text(json.dumps({"setup": 4.0, "demos": 6.0}))
     config = JobConfig(model="tiny", budget_seconds=100)  # sft: 230 steps, 5 of warm-up, budget_share 0.6
     job = main._Job(config, tmp_path, progress=False)
@@ -476,7 +478,7 @@ def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_p
         trainer.scheduler.step()
     trainer.step = 5
     plan = job._plan_sft(trainer, [9.0, 1.0, 1.0, 1.0, 1.0])  # 10 s spent: 50 s more at 1 s a step
-    assert plan["steps"] == 54 and plan["of"] == 230 and plan["seconds_per_step"] == 1.0
+    assert plan["steps"] == 54 and plan["of"] == 230 and plan["seconds_per_step"] == 1.0 and plan["planned_at"] == 5
     assert json.loads((tmp_path / "sft" / "plan.json").read_text()) == plan == job._read_sft_plan()
     assert "sft: 54 of sft.steps 230" in caplog.text
     factor = _lr_factor(warm.model_copy(update={"total_steps": 54}))  # the schedule planned from the start

@@ -68,6 +68,10 @@ from harnessrl.types import Episode, Task, read_jsonl
 log = logging.getLogger(__name__)
 
 ADMIN = "harnessrl-job-admin"
+# SFT steps after the warm-up that time its pace before the budget plans its length (`_Job._plan_sft`): a step's
+# seconds vary 0.35-1.8x the mean, the mean of 14 steps 0.80-1.36x (2026-12-07, a 2-core Zen 3; the machine's own
+# speed drifts too), so the plan is good to about a third and RL's budget takes up the rest
+PACE_STEPS = 10
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
@@ -389,7 +393,7 @@ class _Job:
                     trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
                 )
                 paces.append(time.perf_counter() - started)
-                if not plan and budget is not None and trainer.step >= train_cfg.warmup_steps:
+                if not plan and budget is not None and trainer.step >= min(steps, train_cfg.warmup_steps + PACE_STEPS):
                     plan = self._plan_sft(trainer, paces)
                     steps = plan["steps"]
                     bar.update(job, total=steps)
@@ -399,15 +403,16 @@ class _Job:
                     self._phase_progress()
 
     def _plan_sft(self, trainer: Trainer, paces: list[float]) -> dict:
-        """SFT's length under the time budget, planned once at the end of its warm-up: the steps that end by
+        """SFT's length under the time budget, planned once, PACE_STEPS after its warm-up: the steps that end by
         `sft.budget_share` of the budget at the pace of this start's steps (the first left out: it is slower), at most
-        sft.steps. The schedule decays over them (`Trainer.reschedule`); sft/plan.json keeps them for a resume."""
+        sft.steps. The schedule decays over them from there (`Trainer.reschedule`; a cosine over 230 steps has decayed
+        by 0.5 % at that point, over 100 by 2.7 %); sft/plan.json keeps them for a resume."""
         cfg, budget = self.config.sft, self.config.budget()
         pace = sum(paces[1:] or paces) / len(paces[1:] or paces)
         spent = sum(v for k, v in self.seconds.items() if k not in ("sft", _unfinished("sft"))) + self._phase_seconds()
         steps = min(cfg.steps, trainer.step + max(0, int((budget * cfg.budget_share - spent) / pace)))
-        record = {"steps": steps, "of": cfg.steps, "seconds_per_step": round(pace, 3), "seconds_at_plan": round(spent, 1),
-                  "until_seconds": budget * cfg.budget_share}  # fmt: skip
+        record = {"steps": steps, "of": cfg.steps, "planned_at": trainer.step, "seconds_per_step": round(pace, 3),
+                  "seconds_at_plan": round(spent, 1), "until_seconds": budget * cfg.budget_share}  # fmt: skip
         (self.out / "sft").mkdir(parents=True, exist_ok=True)
         write_atomic(self.out / "sft" / "plan.json", json.dumps(record))
         if steps < cfg.steps:
