@@ -78,14 +78,14 @@ class SFTConfig(_Strict):
     precision: Precision = Field(
         default="auto", description="auto: bf16 autocast where the CPU has it natively, else fp32"
     )
-    # 0.6: on a Zen 4 in bf16 the 230 steps end at 0.56-0.72 of 900 s (2026-12-05/06); on a Zen 3 (AVX2, fp32) they
+    # 0.6: on a Zen 4 in bf16 the 230 steps end at 0.56-0.73 of 900 s (2026-12-05/06); on a Zen 3 (AVX2, fp32) they
     # took 924 s, past the whole budget, and RL made no update (2026-12-07, docs/search-history.md)
     budget_share: float = Field(
         default=0.6,
         gt=0,
         le=1,
         description="with budget_seconds: SFT's schedule ends by this share of the budget (the job's seconds from its "
-        "start); its length is planned once, at the end of the warm-up, from the steps' pace so far (sft/plan.json), "
+        "start); its length is planned once, 10 steps after the warm-up, from the steps' pace so far (sft/plan.json), "
         "so a slower CPU trains fewer than `steps` and leaves RL its time",
     )
 
@@ -293,9 +293,9 @@ class JobConfig(_Strict):
         default="auto",
         description="the job's wall-clock budget: RL ends before rl.updates when one more update (as slow as the "
         "slowest so far), a validation and the eval after (as this run measured them) would take the job past it, and "
-        "SFT trains fewer than sft.steps where they would pass sft.budget_share of it. auto: 900 (15 minutes on a 2-core laptop) for the embedded default (an "
-        "embedded model, tiny-base, tiny-base-long or tiny, on the synthetic corpus), none for a real model or your "
-        "own corpus; null: rl.updates always",
+        "SFT trains fewer than sft.steps where they would pass sft.budget_share of it. auto: 900 (15 minutes on a "
+        "2-core laptop) for the embedded default (an embedded model, tiny-base, tiny-base-long or tiny, on the "
+        "synthetic corpus), none for a real model or your own corpus; null: sft.steps and rl.updates always",
     )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"

@@ -236,7 +236,7 @@ class _Job:
             )
             if (budget := config.budget()) is not None:  # RL may end before rl.updates: say so before it does
                 print(
-                    f"budget: {budget:.0f} s of wall_seconds (budget_seconds: {config.budget_seconds}; null for all updates)"
+                    f"budget: {budget:.0f} s of wall_seconds (budget_seconds: {config.budget_seconds}; null for every step and update)"
                 )
         self.seconds["setup"] = (
             self.seconds.get("setup", 0.0) + time.perf_counter() - started

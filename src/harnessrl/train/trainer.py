@@ -386,7 +386,7 @@ class Trainer:
 
     def reschedule(self, total_steps: int) -> None:
         """Another length for the learning-rate schedule, from the next step on (the job's SFT plan under its time
-        budget: made at the end of the warm-up, where no decay has begun, so the steps so far trained as they would)."""
+        budget, made 10 steps past the warm-up: the steps before trained within 3 % of the new schedule's rates)."""
         self.config = self.config.model_copy(update={"total_steps": total_steps})
         factor = _lr_factor(self.config)
         self.scheduler.lr_lambdas = [factor] * len(self.optimizer.param_groups)
