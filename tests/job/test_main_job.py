@@ -431,6 +431,23 @@ def test_a_run_from_another_runs_warm_start_copies_it_and_runs_only_rl(minimal_r
     assert mixed.exit_code == 2 and "not started from the warm start" in mixed.stderr
 
 
+def test_sft_fitted_to_a_budget_stays_that_long_in_a_warm_start_without_one(minimal_run, tmp_path):
+    fitted = tmp_path / "fitted"  # a run whose budget fitted SFT to 1 of its 3 steps
+    shutil.copytree(minimal_run, fitted)
+    config = yaml.safe_load((fitted / "config.yaml").read_text())
+    config["sft"]["steps"] = 3
+    (fitted / "config.yaml").write_text(yaml.safe_dump(config))
+    plan = {**json.loads((fitted / "sft" / "plan.json").read_text()), "of": 3}
+    (fitted / "sft" / "plan.json").write_text(json.dumps(plan))
+    config["budget_seconds"] = None  # compare RL configs update for update
+    (tmp_path / "null.yaml").write_text(yaml.safe_dump(config))
+    done = cli("train", tmp_path / "null.yaml", "--warm-start", fitted, "--out", tmp_path / "run")
+    assert done.exit_code == 0, done.output[-3000:]
+    sft = (tmp_path / "run" / "sft" / "metrics.jsonl").read_text()
+    assert sft == (fitted / "sft" / "metrics.jsonl").read_text() and len(sft.splitlines()) == 1  # no SFT step more
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["sft_plan"] == plan
+
+
 def test_a_time_budget_spent_before_rl_leaves_the_warm_start_and_says_so(minimal_run, tmp_path, caplog):
     """budget_seconds ends RL at the first update after which one more, a validation and the eval after would not
     fit; here the copied phases alone are over it, so RL makes none, and a resume does not go on."""

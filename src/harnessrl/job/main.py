@@ -353,8 +353,8 @@ class _Job:
             if not demos:
                 raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
         budget = self.config.budget()
-        plan = self._read_sft_plan() if budget is not None else None  # made for this sft.steps, else planned anew
-        plan = plan if plan and plan["of"] == cfg.steps else None
+        plan = self._read_sft_plan()  # once made for this sft.steps it holds, budget or not: a --warm-start copy of
+        plan = plan if plan and plan["of"] == cfg.steps else None  # a fitted SFT is that SFT, with or without a budget
         steps = plan["steps"] if plan else cfg.steps
         train_cfg = TrainConfig(
             lr=cfg.lr,
