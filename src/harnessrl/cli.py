@@ -296,7 +296,8 @@ def train(
         None,
         help="a finished search run whose demonstrations, SFT weights and eval before this run copies, so only RL and "
         "the eval after run (to compare RL configs on one warm start); the config must agree with the run's outside "
-        "rl, reward, prefix_cache, loggers and budget_seconds (and in rl.validation_tasks, fresh_tasks, train.lora)",
+        "rl, reward, prefix_cache, loggers, budget_seconds and sft.budget_share (and in rl.validation_tasks, fresh_tasks, "
+        "train.lora)",
     ),
 ) -> None:
     """The main job: SFT warm start from expert demonstrations, RL on the search agent, held-out eval before and after

@@ -439,7 +439,7 @@ def test_sft_fitted_to_a_budget_stays_that_long_in_a_warm_start_without_one(mini
     (fitted / "config.yaml").write_text(yaml.safe_dump(config))
     plan = {**json.loads((fitted / "sft" / "plan.json").read_text()), "of": 3}
     (fitted / "sft" / "plan.json").write_text(json.dumps(plan))
-    config["budget_seconds"] = None  # compare RL configs update for update
+    config["budget_seconds"], config["sft"]["budget_share"] = None, 0.9  # free: neither changes the copied SFT
     (tmp_path / "null.yaml").write_text(yaml.safe_dump(config))
     done = cli("train", tmp_path / "null.yaml", "--warm-start", fitted, "--out", tmp_path / "run")
     assert done.exit_code == 0, done.output[-3000:]
@@ -483,26 +483,26 @@ def test_the_budget_counts_the_rl_seconds_of_a_start_killed_before_this_one(tmp_
 
 def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_planned_steps(tmp_path, caplog):
     """After the warm-up the job fits SFT's steps to sft.budget_share of the budget at the pace measured so far (the
-    first step left out); the schedule then decays over them as if planned from the start."""
-    (tmp_path / "phases.json").write_text(json.dumps({"setup": 4.0, "demos": 6.0}))
+    first step left out); the schedule then decays over them as it would have, planned from the start."""
+    (tmp_path / "phases.json").write_text(json.dumps({"setup": 4.0, "demos": 5.5}))
     config = JobConfig(model="tiny", budget_seconds=100)  # sft: 230 steps, 5 of warm-up, budget_share 0.6
     job = main._Job(config, tmp_path, progress=False)
-    job._current = ("sft", time.perf_counter())
     model, tokenizer = build_tiny(seed=0)
     warm = TrainConfig(lr=1e-3, schedule="cosine", total_steps=230, warmup_steps=5)
     trainer = Trainer(model, tokenizer, warm)
-    for _ in range(5):
+    for _ in range(15):
         trainer.scheduler.step()
-    trainer.step = 5
-    plan = job._plan_sft(trainer, [9.0, 1.0, 1.0, 1.0, 1.0])  # 10 s spent: 50 s more at 1 s a step
-    assert plan["steps"] == 54 and plan["of"] == 230 and plan["seconds_per_step"] == 1.0 and plan["planned_at"] == 5
+    trainer.step = 15
+    job._current = ("sft", time.perf_counter())
+    plan = job._plan_sft(trainer, [9.0] + [1.0] * 14)  # 9.5 s spent: 50.5 s more at 1 s a step
+    assert plan["steps"] == 65 and plan["of"] == 230 and plan["seconds_per_step"] == 1.0 and plan["planned_at"] == 15
     assert json.loads((tmp_path / "sft" / "plan.json").read_text()) == plan == job._read_sft_plan()
-    assert "sft: 54 of sft.steps 230" in caplog.text
-    factor = _lr_factor(warm.model_copy(update={"total_steps": 54}))  # the schedule planned from the start
-    for step in range(5, 54):
+    assert "sft: 65 of sft.steps 230" in caplog.text
+    factor = _lr_factor(warm.model_copy(update={"total_steps": 65}))  # the schedule planned from the start
+    for step in range(15, 65):
         assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * factor(step))
         trainer.scheduler.step()
-    assert trainer.optimizer.param_groups[0]["lr"] == 0.0  # decayed to 0 at the 54th step
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.0  # decayed to 0 at the 65th step
     fast = main._Job(config, tmp_path / "fast", progress=False)
     fast._current = ("sft", time.perf_counter())
     assert fast._plan_sft(trainer, [0.5, 0.1])["steps"] == 230  # a fast CPU trains them all

@@ -531,3 +531,28 @@ def test_decoupled_kl_bias_correction_weights_the_kl_by_pi_over_the_behaviour_po
 def test_kl_bias_correction_without_a_kl_is_refused_naming_both_keys():
     with pytest.raises(ValueError, match="kl_bias_correction.*kl: none"):
         TrainConfig(kl_bias_correction=True)
+
+
+def test_a_rescheduled_trainer_saves_and_resumes_its_new_schedule_without_a_warning(fresh_policy, tmp_path, caplog):
+    config = TrainConfig(lr=1e-3, schedule="cosine", total_steps=100, warmup_steps=2)
+    first = Trainer(fresh_policy.model, fresh_policy.tokenizer, config)
+    for _ in range(4):
+        first.scheduler.step()
+    first.step = 4
+    first.reschedule(10)
+    assert first.optimizer.param_groups[0]["lr"] == pytest.approx(
+        1e-3 * _lr_factor(config.model_copy(update={"total_steps": 10}))(4)
+    )
+    path = first.save(tmp_path / "checkpoints")
+    again = Trainer(fresh_policy.model, fresh_policy.tokenizer, config.model_copy(update={"total_steps": 10}))
+    again.resume(path)
+    assert "resume:" not in caplog.text  # the checkpoint's schedule is the one this config asks
+    rates = []
+    for _ in range(6):
+        rates.append(again.optimizer.param_groups[0]["lr"])
+        again.scheduler.step()
+    planned = _lr_factor(config.model_copy(update={"total_steps": 10}))
+    assert (
+        rates == pytest.approx([1e-3 * planned(s) for s in range(4, 10)])
+        and rates[-1] > 0 == again.optimizer.param_groups[0]["lr"]
+    )

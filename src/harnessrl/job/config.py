@@ -295,7 +295,8 @@ class JobConfig(_Strict):
         "slowest so far), a validation and the eval after (as this run measured them) would take the job past it, and "
         "SFT trains fewer than sft.steps where they would pass sft.budget_share of it. auto: 900 (15 minutes on a "
         "2-core laptop) for the embedded default (an embedded model, tiny-base, tiny-base-long or tiny, on the "
-        "synthetic corpus), none for a real model or your own corpus; null: sft.steps and rl.updates always",
+        "synthetic corpus), none for a real model or your own corpus; null: rl.updates always, and sft.steps in a run of "
+        "its own (a --warm-start copy keeps its source's SFT)",
     )
     eval_repeats: int = Field(
         default=2, ge=1, description="sampled (T = 1) episodes per held-out task; greedy runs once"

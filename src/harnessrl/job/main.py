@@ -135,6 +135,11 @@ def _changed(old: dict, new: dict, prefix: str = "") -> list[str]:
     return keys
 
 
+def _within(key: str, blocks: tuple[str, ...]) -> bool:
+    """Whether a dotted key is one of `blocks` or inside one."""
+    return any(key == b or key.startswith(f"{b}.") for b in blocks)
+
+
 def resume(out: Path, progress: bool = True) -> dict:
     """Continue the run in `out` with its own config.yaml."""
     return asyncio.run(_Job(JobConfig.load_run(out), out, progress).run())
@@ -143,8 +148,9 @@ def resume(out: Path, progress: bool = True) -> dict:
 # what `from_warm_start` copies: the phases before RL, and their seconds (so wall_seconds stays the whole job's)
 WARM_START_FILES = ("demos.jsonl", "sft", "eval_before.json", "eval_before.jsonl", "eval_before_greedy.jsonl")
 WARM_START_PHASES = ("demos", "sft", "eval_before")
-# config blocks that do not change what those made
-WARM_START_FREE = {"rl", "reward", "prefix_cache", "loggers", "budget_seconds"}
+# config keys (and blocks) that do not change what those made: budget_seconds and sft.budget_share fitted SFT to the
+# budget once, and the copy keeps its source's sft/plan.json
+WARM_START_FREE = ("rl", "reward", "prefix_cache", "loggers", "budget_seconds", "sft.budget_share")
 WARM_START_BOUND = ("rl.validation_tasks", "rl.fresh_tasks", "rl.train.lora")  # ... but these do (the tasks, LoRA)
 
 
@@ -152,8 +158,9 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     """Run `config` from the warm start of the finished run `source`: its demonstrations, SFT weights and held-out
     eval before are copied into `out`, so only RL and the eval after run. Comparing RL configs this way takes half a
     job each and pairs them on one warm start. `config` must agree with `source`'s in every key that made those
-    phases (all but rl, reward, prefix_cache, loggers and budget_seconds; and rl.validation_tasks, rl.fresh_tasks,
-    rl.train.lora): a ValueError names the keys that differ."""
+    phases (all but rl, reward, prefix_cache, loggers, budget_seconds and sft.budget_share; and rl.validation_tasks,
+    rl.fresh_tasks, rl.train.lora): a ValueError names the keys that differ. SFT stays as long as `source`'s plan made
+    it (sft/plan.json), whatever this config's budget."""
     made = JobConfig.load_run(source)
     _absolute(made)
     _absolute(config)
@@ -162,7 +169,7 @@ def from_warm_start(config: JobConfig, out: Path, source: Path, progress: bool =
     changed = [
         key
         for key in _changed(made.model_dump(mode="json"), config.model_dump(mode="json"))
-        if key.split(".")[0] not in WARM_START_FREE or key.startswith(WARM_START_BOUND)
+        if not _within(key, WARM_START_FREE) or _within(key, WARM_START_BOUND)
     ]
     if changed:
         raise ValueError(
@@ -234,7 +241,7 @@ class _Job:
             print(
                 f"sft: {precision.resolve(config.sft.precision)[1]}; rl: {precision.resolve(config.rl.train.precision)[1]}"
             )
-            if (budget := config.budget()) is not None:  # RL may end before rl.updates: say so before it does
+            if (budget := config.budget()) is not None:  # SFT and RL may end early: say so before they do
                 print(
                     f"budget: {budget:.0f} s of wall_seconds (budget_seconds: {config.budget_seconds}; null for every step and update)"
                 )
@@ -352,9 +359,9 @@ class _Job:
             write_atomic(self.out / "sft" / "filter.json", json.dumps(counts, indent=1))
             if not demos:
                 raise ValueError(f"sft.filter kept no demonstration of {counts['episodes']}: {counts}")
-        budget = self.config.budget()
-        plan = self._read_sft_plan()  # once made for this sft.steps it holds, budget or not: a --warm-start copy of
-        plan = plan if plan and plan["of"] == cfg.steps else None  # a fitted SFT is that SFT, with or without a budget
+        # a plan made for this sft.steps holds, budget or not: a --warm-start copy of a fitted SFT is that SFT
+        budget, plan = self.config.budget(), self._read_sft_plan()
+        plan = plan if plan and plan["of"] == cfg.steps else None
         steps = plan["steps"] if plan else cfg.steps
         train_cfg = TrainConfig(
             lr=cfg.lr,
@@ -393,7 +400,8 @@ class _Job:
                     trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
                 )
                 paces.append(time.perf_counter() - started)
-                if not plan and budget is not None and trainer.step >= min(steps, train_cfg.warmup_steps + PACE_STEPS):
+                timed = len(paces) >= PACE_STEPS and trainer.step >= train_cfg.warmup_steps + PACE_STEPS
+                if not plan and budget is not None and (timed or trainer.step >= steps):
                     plan = self._plan_sft(trainer, paces)
                     steps = plan["steps"]
                     bar.update(job, total=steps)
@@ -403,22 +411,23 @@ class _Job:
                     self._phase_progress()
 
     def _plan_sft(self, trainer: Trainer, paces: list[float]) -> dict:
-        """SFT's length under the time budget, planned once, PACE_STEPS after its warm-up: the steps that end by
-        `sft.budget_share` of the budget at the pace of this start's steps (the first left out: it is slower), at most
-        sft.steps. The schedule decays over them from there (`Trainer.reschedule`; a cosine over 230 steps has decayed
-        by 0.5 % at that point, over 100 by 2.7 %); sft/plan.json keeps them for a resume."""
+        """SFT's length under the time budget, planned once, PACE_STEPS after its warm-up (and PACE_STEPS timed in this
+        start): the steps that end by `sft.budget_share` of the budget at the pace of this start's steps (the first
+        left out: it is slower), at most sft.steps. The schedule decays over them from there (`Trainer.reschedule`; at
+        step 15 a cosine over 230 steps has decayed by 0.5 %, over 115 by 2 %, over 54 by 8 %); sft/plan.json keeps
+        them for a resume and a --warm-start copy. Its pace leaves out the checkpoint saves (one every 20 steps)."""
         cfg, budget = self.config.sft, self.config.budget()
         pace = sum(paces[1:] or paces) / len(paces[1:] or paces)
-        spent = sum(v for k, v in self.seconds.items() if k not in ("sft", _unfinished("sft"))) + self._phase_seconds()
+        spent = sum(v for k, v in self.seconds.items() if k != _unfinished("sft")) + self._phase_seconds()
         steps = min(cfg.steps, trainer.step + max(0, int((budget * cfg.budget_share - spent) / pace)))
         record = {"steps": steps, "of": cfg.steps, "planned_at": trainer.step, "seconds_per_step": round(pace, 3),
-                  "seconds_at_plan": round(spent, 1), "until_seconds": budget * cfg.budget_share}  # fmt: skip
+                  "seconds_at_plan": round(spent, 1), "until_seconds": round(budget * cfg.budget_share, 1)}  # fmt: skip
         (self.out / "sft").mkdir(parents=True, exist_ok=True)
         write_atomic(self.out / "sft" / "plan.json", json.dumps(record))
         if steps < cfg.steps:
             log.warning("sft: %d of sft.steps %d, %.1f s a step, to end by %.0f s of the budget's %.0f (sft.budget_share "
-                        "%s; budget_seconds: null trains them all)", steps, cfg.steps, pace, record["until_seconds"],
-                        budget, cfg.budget_share)  # fmt: skip
+                        "%s; budget_seconds: null trains them all in a run of its own)", steps, cfg.steps, pace,
+                        record["until_seconds"], budget, cfg.budget_share)  # fmt: skip
         if steps != trainer.config.total_steps:
             trainer.reschedule(steps)
         return record
@@ -518,7 +527,7 @@ class _Job:
         budget = self.config.budget()
         if budget is None:
             return None
-        spent = sum(v for k, v in self.seconds.items() if k not in ("rl", _unfinished("rl"))) + self._phase_seconds()
+        spent = sum(v for k, v in self.seconds.items() if k != _unfinished("rl")) + self._phase_seconds()
         seconds = [r["seconds"] for r in self._validation_records() if r.get("seconds")] or [0.0]
         growth = seconds[-1] / seconds[0] if seconds[0] else 1.0
         evaluation = sum(v for k, v in self.seconds.items() if k.startswith("eval_before")) * growth

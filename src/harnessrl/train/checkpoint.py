@@ -56,8 +56,8 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 def _complete(root: Path) -> list[Path]:
     """Checkpoint folders with their trainer state, oldest first (by number: step-1000000 follows step-999999)."""
-    found = [p for p in root.glob("step-*") if p.name[5:].isdigit() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[5:]))
+    found = [p for p in root.glob("step-*") if p.name.removeprefix("step-").isdigit() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("step-")))
 
 
 def load_state(path: Path, map_location: str | None = None) -> dict[str, Any]:

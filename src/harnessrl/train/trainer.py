@@ -385,8 +385,8 @@ class Trainer:
             group.update(initial_lr=cfg.lr, lr=cfg.lr * factor, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
     def reschedule(self, total_steps: int) -> None:
-        """Another length for the learning-rate schedule, from the next step on (the job's SFT plan under its time
-        budget, made 10 steps past the warm-up: the steps before trained within 3 % of the new schedule's rates)."""
+        """Another length for the learning-rate schedule, from the next step on, as if it had been the length from the
+        start (the steps already made keep the rates they trained at): the main job's SFT fitted to its time budget."""
         self.config = self.config.model_copy(update={"total_steps": total_steps})
         factor = _lr_factor(self.config)
         self.scheduler.lr_lambdas = [factor] * len(self.optimizer.param_groups)
