@@ -111,8 +111,8 @@ class TrainConfig(BaseModel):
     total_steps: int | None = Field(
         default=None,
         ge=1,
-        description="steps over which linear / cosine / wsd decay to 0 (None: 1000; the jobs set SFT's to sft.steps "
-        "and a decaying RL schedule's to rl.updates)",
+        description="steps over which linear / cosine / wsd decay to 0 (None: 1000; the jobs set SFT's to sft.steps, "
+        "or to the steps their time budget planned, and a decaying RL schedule's to rl.updates)",
     )
     token_budget: int = Field(
         default=8192, ge=16, description="padded tokens per micro-batch (grad accumulation above it)"
