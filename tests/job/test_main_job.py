@@ -487,6 +487,7 @@ def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_p
     (tmp_path / "phases.json").write_text(json.dumps({"setup": 4.0, "demos": 5.5}))
     config = JobConfig(model="tiny", budget_seconds=100)  # sft: 230 steps, 5 of warm-up, budget_share 0.6
     job = main._Job(config, tmp_path, progress=False)
+    (tmp_path / "sft").mkdir()  # the SFT trainer's run_dir, made before any plan
     model, tokenizer = build_tiny(seed=0)
     warm = TrainConfig(lr=1e-3, schedule="cosine", total_steps=230, warmup_steps=5)
     trainer = Trainer(model, tokenizer, warm)
@@ -504,6 +505,7 @@ def test_under_a_budget_sft_is_planned_to_end_by_its_share_and_decays_over_the_p
         trainer.scheduler.step()
     assert trainer.optimizer.param_groups[0]["lr"] == 0.0  # decayed to 0 at the 65th step
     fast = main._Job(config, tmp_path / "fast", progress=False)
+    (tmp_path / "fast" / "sft").mkdir(parents=True)
     fast._current = ("sft", time.perf_counter())
     assert fast._plan_sft(trainer, [0.5, 0.1])["steps"] == 230  # a fast CPU trains them all
 

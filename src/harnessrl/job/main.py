@@ -29,6 +29,7 @@ import logging
 import random
 import resource
 import shutil
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -323,6 +324,12 @@ class _Job:
         name, started = self._current
         return self.seconds.get(_unfinished(name), 0.0) + time.perf_counter() - started
 
+    def _job_seconds(self) -> float:
+        """The job's seconds so far, in the running phase: every phase's recorded seconds (a finished one that goes
+        on, with more sft.steps or rl.updates, too) and the running one's (`_phase_seconds`, its unfinished ones in)."""
+        unfinished = _unfinished(self._current[0])
+        return sum(v for k, v in self.seconds.items() if k != unfinished) + self._phase_seconds()
+
     def _phase_progress(self) -> None:
         """After a save of the running phase: its seconds so far into phases.json."""
         name, _ = self._current
@@ -417,13 +424,11 @@ class _Job:
         step 15 a cosine over 230 steps has decayed by 0.5 %, over 115 by 2 %, over 54 by 8 %); sft/plan.json keeps
         them for a resume and a --warm-start copy. Its pace leaves out the checkpoint saves (one every 20 steps)."""
         cfg, budget = self.config.sft, self.config.budget()
-        pace = sum(paces[1:] or paces) / len(paces[1:] or paces)
-        spent = sum(v for k, v in self.seconds.items() if k != _unfinished("sft")) + self._phase_seconds()
+        pace, spent = statistics.fmean(paces[1:] or paces), self._job_seconds()
         steps = min(cfg.steps, trainer.step + max(0, int((budget * cfg.budget_share - spent) / pace)))
         record = {"steps": steps, "of": cfg.steps, "planned_at": trainer.step, "seconds_per_step": round(pace, 3),
                   "seconds_at_plan": round(spent, 1), "until_seconds": round(budget * cfg.budget_share, 1)}  # fmt: skip
-        (self.out / "sft").mkdir(parents=True, exist_ok=True)
-        write_atomic(self.out / "sft" / "plan.json", json.dumps(record))
+        write_atomic(self.out / "sft" / "plan.json", json.dumps(record))  # sft/: the trainer's run_dir
         if steps < cfg.steps:
             log.warning("sft: %d of sft.steps %d, %.1f s a step, to end by %.0f s of the budget's %.0f (sft.budget_share "
                         "%s; budget_seconds: null trains them all in a run of its own)", steps, cfg.steps, pace,
@@ -527,7 +532,7 @@ class _Job:
         budget = self.config.budget()
         if budget is None:
             return None
-        spent = sum(v for k, v in self.seconds.items() if k != _unfinished("rl")) + self._phase_seconds()
+        spent = self._job_seconds()
         seconds = [r["seconds"] for r in self._validation_records() if r.get("seconds")] or [0.0]
         growth = seconds[-1] / seconds[0] if seconds[0] else 1.0
         evaluation = sum(v for k, v in self.seconds.items() if k.startswith("eval_before")) * growth

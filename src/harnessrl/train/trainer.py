@@ -388,10 +388,8 @@ class Trainer:
         """Another length for the learning-rate schedule, from the next step on, as if it had been the length from the
         start (the steps already made keep the rates they trained at): the main job's SFT fitted to its time budget."""
         self.config = self.config.model_copy(update={"total_steps": total_steps})
-        factor = _lr_factor(self.config)
-        self.scheduler.lr_lambdas = [factor] * len(self.optimizer.param_groups)
-        for base, group in zip(self.scheduler.base_lrs, self.optimizer.param_groups):
-            group["lr"] = base * factor(self.scheduler.last_epoch)
+        self.scheduler.lr_lambdas = [_lr_factor(self.config)] * len(self.optimizer.param_groups)
+        self._configured_hyperparameters(self.config.model_dump())  # the current rate from the new schedule
 
     def forget_after(self, step: int) -> None:
         """Drop metrics.jsonl lines past `step` (and a line cut short): a run that stopped after its last
