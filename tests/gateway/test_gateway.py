@@ -151,6 +151,7 @@ async def test_bad_requests_get_a_4xx_naming_the_field(gateway, tool_server):
         ({"messages": []}, "messages"),
         ({"messages": [user], "n": 0}, "n"),
         ({"messages": [user], "stream": True}, "stream"),
+        ({"messages": [user], "stream_options": {"include_usage": True}}, "stream_options"),  # as OpenAI and vLLM
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0"),
         (
             {"messages": [user], "tools": [{"type": "function", "function": {"description": "no name"}}]},
@@ -302,6 +303,11 @@ async def test_a_model_is_retrieved_by_name_and_streaming_is_refused_by_name(gat
     with pytest.raises(openai.BadRequestError, match="streaming is not supported") as refused:
         await client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
     assert refused.value.body["param"] == "stream"
+    with pytest.raises(openai.BadRequestError, match="only allowed with stream true") as refused:
+        await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], stream_options={"include_usage": True}
+        )
+    assert refused.value.body["param"] == "stream_options"
 
 
 async def test_logprobs_bytes_join_into_the_reply_where_a_character_spans_tokens(policy):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -58,6 +59,10 @@ def test_feedback_is_idempotent_and_joined_by_call(store_url):
         store.add_feedback(episode.id, "chatcmpl-nope", "accepted", None)
     with pytest.raises(StoreError, match="no episode 'missing'"):
         store.add_feedback("missing", None, "accepted", None)
+    nul = "a\x00b"  # PostgreSQL's text holds no NUL: no such episode, not an SQL error
+    with pytest.raises(StoreError, match=re.escape(f"no episode {nul!r}")):
+        store.add_feedback(nul, None, "accepted", None)
+    assert store.get(nul) is None
     store.close()
 
 

@@ -1,5 +1,6 @@
 """`--vllm-url` that names no vLLM server is refused, naming the URL and what it answered; two policies on one
-sync folder write apart (no vLLM needed: a real HTTP server on 127.0.0.1 stands in for one that lists a model)."""
+sync folder write apart; its refusals reach the agent as a 400 or 502 (no vLLM needed: a real HTTP server on 127.0.0.1
+stands in for one that lists a model and answers as vLLM does)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import socket
 import subprocess
 import threading
 import time
+
+import pytest
 
 from harnessrl.policy import Policy
 from tests.conftest import cli
@@ -36,6 +39,50 @@ class _Lists(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _Answers(_Lists):
+    def do_POST(self):  # /v1/completions, as vLLM refuses: the server's `status` and vLLM's error body
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        message = "Token id 999999 is out of vocabulary" if self.server.status == 400 else "EngineDeadError"
+        self.wfile.write(json.dumps({"error": {"message": message, "type": "BadRequestError"}}).encode())
+
+
+async def test_a_vllm_refusal_is_the_agents_400_or_the_gateways_502(tmp_path):
+    import openai
+
+    from harnessrl.gateway import GatewayClient, create_app
+    from tests.conftest import ADMIN_KEY
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    policy = Policy.load("tiny", vllm_url=url, sync_dir=tmp_path)
+    gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    try:
+        _, key = await gateway.create_episode()
+        agent = gateway.openai(key)
+        server.status = 400  # the prompt's own fault: the agent hears vLLM's words, naming messages
+        with pytest.raises(openai.BadRequestError, match=f"vLLM server {url}: answered 400: Token id 999999") as bad:
+            await agent.chat.completions.create(**chat)
+        assert bad.value.body["param"] == "messages" and bad.value.body["code"] == "invalid_prompt"
+        server.status = 500  # vLLM's own trouble: a 502, not a 500 from the gateway
+        with pytest.raises(openai.APIStatusError, match="answered 500: EngineDeadError") as down:
+            await agent.chat.completions.create(**chat)
+        assert down.value.status_code == 502 and down.value.body["code"] == "upstream_error"
+        server.shutdown()
+        server.server_close()
+        with pytest.raises(openai.APIStatusError, match="no answer") as gone:
+            await agent.chat.completions.create(**chat)
+        assert gone.value.status_code == 502
+    finally:
+        await gateway.aclose()
+        policy.close()
+        server.shutdown()
 
 
 def test_policies_sharing_a_sync_folder_write_apart_and_clean_up(tmp_path):

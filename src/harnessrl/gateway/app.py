@@ -55,6 +55,7 @@ from harnessrl.gateway.serving import DELETED, EXPIRED, Recorder, RecordError, S
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Completion, Policy, SamplingParams
 from harnessrl.policy.engine import NotEmbedded
+from harnessrl.policy.vllm import Refused
 from harnessrl.types import Call, input_path
 
 log = logging.getLogger("harnessrl.gateway")
@@ -432,6 +433,10 @@ def create_app(
             raise APIError(
                 400, f"messages: the prompt holds token {token!r}: {exc}", "messages", "invalid_prompt"
             ) from None
+        except Refused as exc:  # --vllm-url: its 400 is this request's (a prompt id past its vocabulary), else its own
+            if exc.status == 400:
+                raise APIError(400, f"messages: {exc}", "messages", "invalid_prompt") from None
+            raise APIError(502, str(exc), None, "upstream_error") from None
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
         answers = [_assistant_message(model, completion, forced, body) for completion in completions]

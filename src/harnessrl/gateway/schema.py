@@ -205,7 +205,7 @@ class ChatRequest(_Body):
     store: bool | None = None
     parallel_tool_calls: bool | None = None
     service_tier: str | None = None
-    stream_options: dict[str, Any] | None = None
+    stream_options: dict[str, Any] | None = None  # refused unless null, as OpenAI and vLLM do without stream true
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
@@ -237,6 +237,13 @@ class ChatRequest(_Body):
         if len(stops) > 4 or any(not s or len(s) > MAX_STOP_CHARS for s in stops):  # each is checked every step
             raise ValueError(f"stop takes at most 4 non-empty strings of up to {MAX_STOP_CHARS} characters")
         return v
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> ChatRequest:
+        if self.stream_options is not None:  # stream is false here: `_no_streaming` refused true
+            raise InputError(("stream_options",), "only allowed with stream true, and streaming is not supported: "
+                             "leave stream_options out (or null)")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatRequest:

@@ -182,7 +182,10 @@ class Store:
         """Record a signal for (episode, call) — `call` an index, a chat completion id, or None for the
         episode's last call; returns the call index. Idempotent: the same signal again changes nothing."""
         with self.engine.begin() as db:
-            if db.execute(sa.select(episodes_table.c.id).where(episodes_table.c.id == episode_id)).first() is None:
+            if (
+                self._unstorable(episode_id)
+                or db.execute(sa.select(episodes_table.c.id).where(episodes_table.c.id == episode_id)).first() is None
+            ):
                 raise StoreError(f"no episode {episode_id!r} in the store", "id")
             index = self._call_index(db, episode_id, call)
             row = {"episode_id": episode_id, "call_index": index, "signal": signal, "value": value,
@@ -202,6 +205,10 @@ class Store:
                 db.execute(sa.delete(feedback_table).where(key))
                 db.execute(sa.insert(feedback_table).values(row))
         return index
+
+    def _unstorable(self, episode_id: str) -> bool:
+        """An id no row can have: PostgreSQL's text holds no NUL (a query with one is an error, not "no row")."""
+        return "\x00" in episode_id and self.engine.dialect.name == "postgresql"
 
     @staticmethod
     def _call_index(db, episode_id: str, call: int | str | None) -> int:
@@ -293,6 +300,8 @@ class Store:
             return db.execute(sa.select(sa.func.count()).select_from(episodes_table).where(where)).scalar_one()
 
     def get(self, episode_id: str) -> Episode | None:
+        if self._unstorable(episode_id):
+            return None
         with self.engine.connect() as db:
             row = db.execute(sa.select(episodes_table).where(episodes_table.c.id == episode_id)).first()
             if row is None:

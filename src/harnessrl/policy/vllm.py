@@ -55,6 +55,15 @@ NEUTRAL = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penal
 DEAD_RUN_SECONDS = 3600  # a dead run's sync folder is removed once untouched this long
 
 
+class Refused(RuntimeError):
+    """vLLM did not generate: `status` is its HTTP status (400: the request itself, e.g. a prompt id past its
+    vocabulary), 0 when it did not answer; the message is its own."""
+
+    def __init__(self, url: str, status: int, message: str):
+        super().__init__(f"vLLM server {url}: " + (f"answered {status}: {message}" if status else message))
+        self.status, self.reason = status, message
+
+
 class SyncError(RuntimeError):
     """A weight sync to vLLM that did not verifiably take; the message says which check failed."""
 
@@ -123,7 +132,10 @@ class VLLMEngine:
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
         version = self.version
-        response = await self._client().post("/v1/completions", json=self._body(prompt_ids, params, n, version))
+        try:
+            response = await self._client().post("/v1/completions", json=self._body(prompt_ids, params, n, version))
+        except httpx.HTTPError as exc:
+            raise Refused(self.url, 0, f"no answer ({type(exc).__name__}: {exc})") from None
         return self._completions(response, version, params)
 
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
@@ -162,7 +174,7 @@ class VLLMEngine:
 
     def _completions(self, response: httpx.Response, version: int, params: SamplingParams) -> list[Completion]:
         if response.status_code != 200:
-            raise RuntimeError(f"vLLM {self.url}: {response.status_code} {response.text[:500]}")
+            raise Refused(self.url, response.status_code, _error_message(response))
         return [_completion(choice, version, params) for choice in response.json()["choices"]]
 
     # ---- weights ----
@@ -236,6 +248,17 @@ def _same_weights(model, state_dict: dict[str, torch.Tensor]) -> bool:
     if current.keys() != state_dict.keys():
         return False
     return all(torch.equal(current[k], v.to(current[k])) for k, v in state_dict.items())  # as loading casts
+
+
+def _error_message(response: httpx.Response) -> str:
+    """vLLM's error text: `{"error": {"message"}}` (OpenAI's shape, vLLM >= 0.10) or `{"message"}` (older), else the
+    body's first 500 characters."""
+    try:
+        body = response.json()
+        error = body.get("error", body)
+        return str(error["message"] if isinstance(error, dict) else error)[:500]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return response.text[:500]
 
 
 def _completion(choice: dict, version: int, params: SamplingParams) -> Completion:
