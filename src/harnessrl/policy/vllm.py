@@ -61,7 +61,7 @@ class Refused(RuntimeError):
 
     def __init__(self, url: str, status: int, message: str):
         super().__init__(f"vLLM server {url}: " + (f"answered {status}: {message}" if status else message))
-        self.status, self.reason = status, message
+        self.status = status
 
 
 class SyncError(RuntimeError):
