@@ -219,18 +219,23 @@ def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs[0], run)
     (run / "heldout.png").write_bytes(b"the job's own plot")
+    (run / "best").mkdir()
+    (run / "best" / "config.json").write_text("{}")  # the model validation chose
     files = sorted(run.rglob("*"))
     for out, says, reported in [
         (run, "ending in .html", run),  # was: PNGs written into the run folder, then "Is a directory"
         (tmp_path / "page", "ending in .html", run),
-        (tmp_path / "run.html", f"the run folder {run}/", run),  # its PNG folder: run/
-        (tmp_path / "run.html", f"the run folder {run}/", runs[1]),  # another run's page, named after this run
+        (tmp_path / "run.html", f"go in {run}/ (it holds ", run),  # its PNG folder: run/
+        (tmp_path / "run.html", f"go in {run}/ (it holds ", runs[1]),  # another run's page, named after this run
+        (run / "best.html", f"go in {run / 'best'}/ (it holds config.json)", run),  # was: PNGs among the model's files
     ]:
         result = CliRunner().invoke(app, ["report", str(reported), "--out", str(out)])
         assert result.exit_code == 2, result.output
         assert f"--out {out}: " in result.stderr and says in result.stderr
     assert sorted(run.rglob("*")) == files and (run / "heldout.png").read_bytes() == b"the job's own plot"
-    assert not (tmp_path / "page").exists() and not (tmp_path / "run.html").exists()
+    assert (
+        not (tmp_path / "page").exists() and not (tmp_path / "run.html").exists() and not (run / "best.html").exists()
+    )
 
 
 # ---- headless Chromium over the DevTools protocol ----------------------------------------

@@ -168,9 +168,12 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
     images = out.parent / out.stem
     if out.suffix != ".html" or out.is_dir():  # the PNG folder is the page's name less .html
         raise ReportError(f"--out {out}: give a file name ending in .html (its PNGs go in a folder named after it)")
-    run_files = ("summary.json", "metrics.jsonl", "config.yaml")  # a job's own heldout.png, swarm.png are beside them
-    if images.resolve() in [f.resolve() for f in folders] or any((images / name).exists() for name in run_files):
-        raise ReportError(f"--out {out}: its PNGs would go in the run folder {images}/; name the page otherwise")
+    # a run folder (a job's own heldout.png is beside its summary.json), a model (RUN/best.html -> RUN/best/), any
+    # folder of other files: the page's PNGs would land among them, overwriting same-named ones
+    others = [p.name for p in images.iterdir() if p.suffix != ".png"] if images.is_dir() else []
+    if images.resolve() in [f.resolve() for f in folders] or others:
+        held = f" (it holds {', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''})" if others else ""
+        raise ReportError(f"--out {out}: its PNGs would go in {images}/{held}; name the page otherwise")
     if len({f.resolve() for f in folders}) < len(folders):  # one label, one curve: the page would show a single run
         raise ReportError(f"{' and '.join(map(str, folders))}: the same run folder twice; give another run, or one")
     labels = [f.name or str(f) for f in folders]
