@@ -163,6 +163,15 @@ async def test_an_episode_deleted_while_running_ends_in_the_store_too(policy, tm
         await gateway.delete(episode_id)
     with pytest.raises(openai.ConflictError, match="deleted"):  # its key: not "invalid API key"
         await gateway.openai(key).chat.completions.create(model="tiny", messages=HI, max_tokens=3)
+    # a call generating when its episode is deleted hears that, not "episode is failed"
+    episode_id, key = await gateway.create_episode()
+    long = {"model": "tiny", "messages": HI, "max_tokens": 4000, "extra_body": {"ignore_eos": True}}
+    call = asyncio.create_task(gateway.openai(key).chat.completions.create(**long))
+    await _until(lambda: policy.engine._rows, "the call to be generating")
+    await gateway.delete(episode_id)
+    with pytest.raises(openai.ConflictError, match="episode is deleted and takes no more calls"):
+        await call
+    assert len(store.get(episode_id).calls) == 0
     await gateway.aclose()
     store.close()
 

@@ -627,7 +627,8 @@ def _check_open(record: EpisodeRecord) -> None:
     episode = record.episode
     if episode.status == "running" and not record.finishing:
         return
-    state = "expired" if episode.failure_reason == EXPIRED else "finishing" if record.finishing else episode.status
+    ended = {EXPIRED: "expired", DELETED: "deleted"}.get(episode.failure_reason)  # ended by the gateway, not the agent
+    state = ended or ("finishing" if record.finishing else episode.status)
     raise APIError(409, f"episode is {state} and takes no more calls; create a new one", code="episode_finished")
 
 
