@@ -225,9 +225,9 @@ def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
     for out, says, reported in [
         (run, "ending in .html", run),  # was: PNGs written into the run folder, then "Is a directory"
         (tmp_path / "page", "ending in .html", run),
-        (tmp_path / "run.html", f"go in {run}/ (it holds ", run),  # its PNG folder: run/
-        (tmp_path / "run.html", f"go in {run}/ (it holds ", runs[1]),  # another run's page, named after this run
-        (run / "best.html", f"go in {run / 'best'}/ (it holds config.json)", run),  # was: PNGs among the model's files
+        (tmp_path / "run.html", f"the run folder {run}/", run),  # its PNG folder: run/
+        (tmp_path / "run.html", f"go in {run}/, which holds best, metrics.jsonl", runs[1]),  # another run's page
+        (run / "best.html", f"go in {run / 'best'}/, which holds config.json;", run),  # was: among the model's files
     ]:
         result = CliRunner().invoke(app, ["report", str(reported), "--out", str(out)])
         assert result.exit_code == 2, result.output
@@ -236,6 +236,11 @@ def test_out_is_a_page_whose_png_folder_is_not_a_run_folder(runs, tmp_path):
     assert (
         not (tmp_path / "page").exists() and not (tmp_path / "run.html").exists() and not (run / "best.html").exists()
     )
+    (tmp_path / "page").mkdir()  # a folder of PNGs and what a file browser leaves there: the page's own, rewritten
+    for name in ("success.png", ".DS_Store", "Thumbs.db"):
+        (tmp_path / "page" / name).write_bytes(b"")
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "page.html")])
+    assert result.exit_code == 0, result.output
 
 
 # ---- headless Chromium over the DevTools protocol ----------------------------------------

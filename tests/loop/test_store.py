@@ -41,6 +41,16 @@ def test_round_trip_is_token_exact(store_url):
     store.close()
 
 
+def test_a_failure_reason_holding_nul_is_stored(store_url):
+    """An exception's message may hold NUL (a crashing tool's output); PostgreSQL's text cannot: written escaped there."""
+    store = Store(store_url)
+    episode = _episode(store)
+    store.finish(episode.model_copy(update={"status": "failed", "failure_reason": "ToolError: a\x00b"}))
+    stored = "ToolError: a\\x00b" if store.engine.dialect.name == "postgresql" else "ToolError: a\x00b"
+    assert store.get(episode.id).failure_reason == stored
+    store.close()
+
+
 def test_feedback_is_idempotent_and_joined_by_call(store_url):
     store = Store(store_url)
     episode = _episode(store, calls=3)

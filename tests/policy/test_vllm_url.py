@@ -42,6 +42,12 @@ class _Lists(http.server.BaseHTTPRequestHandler):
 
 
 class _Answers(_Lists):
+    def do_GET(self):  # vLLM's listing: the length the server was started with (--max-model-len)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps({"data": [{"id": "tiny", "max_model_len": 300}]}).encode())
+
     def do_POST(self):  # /v1/completions, as vLLM refuses: the server's `status` and vLLM's error body
         self.rfile.read(int(self.headers["Content-Length"]))
         self.send_response(self.server.status)
@@ -61,17 +67,19 @@ async def test_a_vllm_refusal_is_the_agents_400_or_the_gateways_502(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}"
     policy = Policy.load("tiny", vllm_url=url, sync_dir=tmp_path)
+    assert policy.context == 300  # the server's, not the model config's
     gateway = GatewayClient(ADMIN_KEY, app=create_app(policy, ADMIN_KEY))
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     try:
         _, key = await gateway.create_episode()
         agent = gateway.openai(key)
         server.status = 400  # the prompt's own fault: the agent hears vLLM's words, naming messages
-        with pytest.raises(openai.BadRequestError, match=f"vLLM server {url}: answered 400: Token id 999999") as bad:
+        with pytest.raises(openai.BadRequestError, match="the model server refused the prompt: Token id 999999") as bad:
             await agent.chat.completions.create(**chat)
         assert bad.value.body["param"] == "messages" and bad.value.body["code"] == "invalid_prompt"
+        assert url not in bad.value.body["message"]  # the server's address is the operator's, not the agent's
         server.status = 500  # vLLM's own trouble: a 502, not a 500 from the gateway
-        with pytest.raises(openai.APIStatusError, match="answered 500: EngineDeadError") as down:
+        with pytest.raises(openai.APIStatusError, match="the model server failed: EngineDeadError") as down:
             await agent.chat.completions.create(**chat)
         assert down.value.status_code == 502 and down.value.body["code"] == "upstream_error"
         server.shutdown()

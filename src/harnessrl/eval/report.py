@@ -162,6 +162,9 @@ def load_run(folder: Path, label: str) -> Run:
     return run
 
 
+DESKTOP = ("Thumbs.db", "desktop.ini")  # what a file browser leaves in a folder it showed (and .DS_Store, a dotfile)
+
+
 def write_report(folders: list[Path], out: Path | None = None) -> Path:
     """Write the page (default FOLDER/report.html) and its PNGs; returns the page's path."""
     out = out or folders[0] / "report.html"
@@ -170,10 +173,13 @@ def write_report(folders: list[Path], out: Path | None = None) -> Path:
         raise ReportError(f"--out {out}: give a file name ending in .html (its PNGs go in a folder named after it)")
     # a run folder (a job's own heldout.png is beside its summary.json), a model (RUN/best.html -> RUN/best/), any
     # folder of other files: the page's PNGs would land among them, overwriting same-named ones
-    others = [p.name for p in images.iterdir() if p.suffix != ".png"] if images.is_dir() else []
-    if images.resolve() in [f.resolve() for f in folders] or others:
-        held = f" (it holds {', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''})" if others else ""
-        raise ReportError(f"--out {out}: its PNGs would go in {images}/{held}; name the page otherwise")
+    listed = images.iterdir() if images.is_dir() else ()
+    others = [p.name for p in listed if p.suffix != ".png" and not p.name.startswith(".") and p.name not in DESKTOP]
+    if images.resolve() in [f.resolve() for f in folders]:
+        raise ReportError(f"--out {out}: its PNGs would go in the run folder {images}/; name the page otherwise")
+    if others:
+        held = f"{', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''}"
+        raise ReportError(f"--out {out}: its PNGs would go in {images}/, which holds {held}; name the page otherwise")
     if len({f.resolve() for f in folders}) < len(folders):  # one label, one curve: the page would show a single run
         raise ReportError(f"{' and '.join(map(str, folders))}: the same run folder twice; give another run, or one")
     labels = [f.name or str(f) for f in folders]

@@ -434,9 +434,11 @@ def create_app(
                 400, f"messages: the prompt holds token {token!r}: {exc}", "messages", "invalid_prompt"
             ) from None
         except Refused as exc:  # --vllm-url: its 400 is this request's (a prompt id past its vocabulary), else its own
+            log.warning("%s", exc)  # the server's URL for the operator; the agent hears vLLM's reason only
             if exc.status == 400:
-                raise APIError(400, f"messages: {exc}", "messages", "invalid_prompt") from None
-            raise APIError(502, str(exc), None, "upstream_error") from None
+                raise APIError(400, f"messages: the model server refused the prompt: {exc.reason}", "messages",
+                               "invalid_prompt") from None  # fmt: skip
+            raise APIError(502, f"the model server failed: {exc.reason}", None, "upstream_error") from None
         if completions is None:  # the client went away: its rows are freed, nothing is recorded
             return Response(status_code=499)
         answers = [_assistant_message(model, completion, forced, body) for completion in completions]
@@ -623,7 +625,7 @@ async def _proxied(
 
 
 def _check_open(record: EpisodeRecord) -> None:
-    """409 unless the episode still takes calls: not ended (finished, failed, expired) nor being finished."""
+    """409 unless the episode still takes calls: not ended (finished, failed, expired, deleted) nor being finished."""
     episode = record.episode
     if episode.status == "running" and not record.finishing:
         return

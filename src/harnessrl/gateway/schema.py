@@ -205,7 +205,7 @@ class ChatRequest(_Body):
     store: bool | None = None
     parallel_tool_calls: bool | None = None
     service_tier: str | None = None
-    stream_options: dict[str, Any] | None = None  # refused unless null, as OpenAI and vLLM do without stream true
+    stream_options: dict[str, Any] | None = None  # refused unless null or {}, as vLLM does without stream true
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
@@ -240,7 +240,7 @@ class ChatRequest(_Body):
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> ChatRequest:
-        if self.stream_options is not None:  # stream is false here: `_no_streaming` refused true
+        if self.stream_options:  # stream is false here: `_no_streaming` refused true
             raise InputError(("stream_options",), "only allowed with stream true, and streaming is not supported: "
                              "leave stream_options out (or null)")  # fmt: skip
         return self

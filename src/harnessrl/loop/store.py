@@ -168,7 +168,7 @@ class Store:
         with self.engine.begin() as db:
             running = (episodes_table.c.id == episode.id) & (episodes_table.c.status == "running")
             done = db.execute(sa.update(episodes_table).where(running).values(
-                status=episode.status, failure_reason=episode.failure_reason, updated_at=time.time(),
+                status=episode.status, failure_reason=self._text(episode.failure_reason), updated_at=time.time(),
                 outcome=episode.outcome.model_dump_json() if episode.outcome else None,
             ))  # fmt: skip
             if done.rowcount == 0:  # ended already (or never stored): the end the store has stands
@@ -205,6 +205,11 @@ class Store:
                 db.execute(sa.delete(feedback_table).where(key))
                 db.execute(sa.insert(feedback_table).values(row))
         return index
+
+    def _text(self, text: str | None) -> str | None:
+        """A free text column's value (an exception's message may hold NUL, which PostgreSQL's text cannot): NUL
+        written as the four characters \\x00 there."""
+        return text.replace("\x00", "\\x00") if text and self.engine.dialect.name == "postgresql" else text
 
     def _unstorable(self, episode_id: str) -> bool:
         """An id no row can have: PostgreSQL's text holds no NUL (a query with one is an error, not "no row")."""

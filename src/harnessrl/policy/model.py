@@ -56,6 +56,7 @@ class Policy:
 
             folder = Path(sync_dir) if sync_dir else Path.home() / ".cache" / "harnessrl" / "vllm-sync"
             self.engine = VLLMEngine(vllm_url, model, self.eos_ids, folder)
+            self.context = self.engine.context  # the server's --max-model-len where it is smaller
 
     @classmethod
     def load(

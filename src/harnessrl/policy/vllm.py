@@ -61,7 +61,7 @@ class Refused(RuntimeError):
 
     def __init__(self, url: str, status: int, message: str):
         super().__init__(f"vLLM server {url}: " + (f"answered {status}: {message}" if status else message))
-        self.status = status
+        self.status, self.reason = status, message  # the reason without the server's URL: what an agent is told
 
 
 class SyncError(RuntimeError):
@@ -121,8 +121,11 @@ class VLLMEngine:
             raise SyncError(f"vLLM server {self.url}: no answer ({type(exc).__name__}: {exc})") from None
         try:
             response.raise_for_status()
-            return response.json()["data"][0]["id"]
-        except (httpx.HTTPStatusError, ValueError, KeyError, IndexError, TypeError):
+            served = response.json()["data"][0]
+            if isinstance(length := served.get("max_model_len"), int) and length > 0:  # --max-model-len, if smaller
+                self.context = min(self.context, length)
+            return served["id"]
+        except (httpx.HTTPStatusError, ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise SyncError(
                 f"vLLM server {self.url}: GET /v1/models answered {response.status_code} {response.text[:200]!r}, "
                 "not a vLLM model list (is it a vLLM OpenAI server, started without --api-key?)"
@@ -135,13 +138,21 @@ class VLLMEngine:
         try:
             response = await self._client().post("/v1/completions", json=self._body(prompt_ids, params, n, version))
         except httpx.HTTPError as exc:
-            raise Refused(self.url, 0, f"no answer ({type(exc).__name__}: {exc})") from None
+            raise Refused(self.url, 0, self._no_answer(exc)) from None
         return self._completions(response, version, params)
 
     def generate_sync(self, prompt_ids: list[int], params: SamplingParams) -> Completion:
         version = self.version
-        response = self._http.post("/v1/completions", json=self._body(prompt_ids, params, 1, version))
+        try:
+            response = self._http.post("/v1/completions", json=self._body(prompt_ids, params, 1, version))
+        except httpx.HTTPError as exc:
+            raise Refused(self.url, 0, self._no_answer(exc)) from None
         return self._completions(response, version, params)[0]
+
+    def _no_answer(self, exc: httpx.HTTPError) -> str:
+        if isinstance(exc, httpx.TimeoutException):  # httpx's own message is often empty
+            return f"no answer within {self.timeout:g} s ({type(exc).__name__})"
+        return f"no answer ({type(exc).__name__}: {exc})"
 
     def _client(self) -> httpx.AsyncClient:
         """One connection pool for the event loop the gateway runs on, not one per request."""
@@ -230,7 +241,10 @@ class VLLMEngine:
         return [next(iter(entry.values()))["logprob"] for entry in choice["prompt_logprobs"][1:]]
 
     def _post(self, path: str, body: dict | None) -> dict:
-        response = self._http.post(path, json=body) if body is not None else self._http.post(path)
+        try:
+            response = self._http.post(path, json=body) if body is not None else self._http.post(path)
+        except httpx.HTTPError as exc:
+            raise SyncError(f"vLLM {self.url}{path}: {self._no_answer(exc)}") from None
         if response.status_code != 200:
             hint = " (start vLLM with VLLM_SERVER_DEV_MODE=1)" if response.status_code == 404 else ""
             raise SyncError(f"vLLM {self.url}{path}: {response.status_code} {response.text[:300]}{hint}")
