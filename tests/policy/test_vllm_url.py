@@ -53,6 +53,9 @@ class _Answers(_Lists):
         self.send_response(self.server.status)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
+        if self.server.status == 200:  # not a completion list: a proxy's page, another server
+            self.wfile.write(b"<html>welcome</html>")
+            return
         message = "Token id 999999 is out of vocabulary" if self.server.status == 400 else "EngineDeadError"
         self.wfile.write(json.dumps({"error": {"message": message, "type": "BadRequestError"}}).encode())
 
@@ -82,6 +85,10 @@ async def test_a_vllm_refusal_is_the_agents_400_or_the_gateways_502(tmp_path):
         with pytest.raises(openai.APIStatusError, match="the model server failed: EngineDeadError") as down:
             await agent.chat.completions.create(**chat)
         assert down.value.status_code == 502 and down.value.body["code"] == "upstream_error"
+        server.status = 200
+        with pytest.raises(openai.APIStatusError, match="not vLLM's completions") as odd:
+            await agent.chat.completions.create(**chat)
+        assert odd.value.status_code == 502
         server.shutdown()
         server.server_close()
         with pytest.raises(openai.APIStatusError, match="no answer") as gone:

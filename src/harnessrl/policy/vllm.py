@@ -57,7 +57,7 @@ DEAD_RUN_SECONDS = 3600  # a dead run's sync folder is removed once untouched th
 
 class Refused(RuntimeError):
     """vLLM did not generate: `status` is its HTTP status (400: the request itself, e.g. a prompt id past its
-    vocabulary), 0 when it did not answer; the message is its own."""
+    vocabulary), 0 when it did not answer or sent no completions; the message is its own."""
 
     def __init__(self, url: str, status: int, message: str):
         super().__init__(f"vLLM server {url}: " + (f"answered {status}: {message}" if status else message))
@@ -186,7 +186,17 @@ class VLLMEngine:
     def _completions(self, response: httpx.Response, version: int, params: SamplingParams) -> list[Completion]:
         if response.status_code != 200:
             raise Refused(self.url, response.status_code, _error_message(response))
-        return [_completion(choice, version, params) for choice in response.json()["choices"]]
+        try:
+            return [_completion(choice, version, params) for choice in response.json()["choices"]]
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            IndexError,
+        ) as exc:  # a 200 that is no completion list (a proxy's page)
+            raise Refused(
+                self.url, 0, f"a reply that is not vLLM's completions ({type(exc).__name__}: {exc})"
+            ) from None
 
     # ---- weights ----
 
@@ -279,7 +289,7 @@ def _completion(choice: dict, version: int, params: SamplingParams) -> Completio
     ids = [int(i) for i in choice["token_ids"]]
     logprobs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
     if len(logprobs) != len(ids):
-        raise RuntimeError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+        raise ValueError(f"{len(ids)} token ids but {len(logprobs)} logprobs")
     if params.temperature == 0:
         logprobs = [0.0] * len(ids)  # greedy: not a sample (types.Call)
     stop = choice.get("stop_reason")
