@@ -118,7 +118,7 @@ class VLLMEngine:
         try:
             response = self._http.get("/v1/models")
         except httpx.HTTPError as exc:
-            raise SyncError(f"vLLM server {self.url}: no answer ({type(exc).__name__}: {exc})") from None
+            raise SyncError(f"vLLM server {self.url}: {self._no_answer(exc)}") from None
         try:
             response.raise_for_status()
             served = response.json()["data"][0]
@@ -186,14 +186,9 @@ class VLLMEngine:
     def _completions(self, response: httpx.Response, version: int, params: SamplingParams) -> list[Completion]:
         if response.status_code != 200:
             raise Refused(self.url, response.status_code, _error_message(response))
-        try:
+        try:  # a 200 that is no completion list (a proxy's page) is no answer
             return [_completion(choice, version, params) for choice in response.json()["choices"]]
-        except (
-            ValueError,
-            KeyError,
-            TypeError,
-            IndexError,
-        ) as exc:  # a 200 that is no completion list (a proxy's page)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise Refused(
                 self.url, 0, f"a reply that is not vLLM's completions ({type(exc).__name__}: {exc})"
             ) from None
