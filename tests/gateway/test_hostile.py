@@ -84,6 +84,23 @@ REPRODUCTIONS = [
     ),
     ("/v1/demonstrations", {"messages": HI, "reply": {"role": "user", "content": "x"}}, "reply.role"),
     ("/v1/demonstrations", {"messages": HI, "reply": {"role": "assistant", "content": "word " * 5000}}, "reply"),
+    # a literal end-of-turn token in the reply would end the recorded turn there, the rest of the reply lost
+    (
+        "/v1/demonstrations",
+        {"messages": HI, "reply": {"role": "assistant", "content": "a <|im_end|> b"}},
+        "reply.content",
+    ),
+    (
+        "/v1/demonstrations",
+        {
+            "messages": HI,
+            "reply": {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"x": "<|im_end|>"}'}}],
+            },
+        },
+        "reply.tool_calls.0.function.arguments",
+    ),
     ("/v1/episodes/x/feedback", {"signal": "accepted", "value": 0.5}, "value"),
 ]
 

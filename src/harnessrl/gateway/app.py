@@ -497,15 +497,27 @@ def _rendered_reply(
     policy: Policy, head: str, messages: list[Message], reply: Message, tools: list[dict] | None
 ) -> list[int]:
     """The ids of an assistant turn as the chat template renders it, through its end-of-turn token."""
+    # the turn ends at its first end-of-turn token, which need not be the tokenizer's eos_token: a ChatML base
+    # model whose eos is <|endoftext|> (Qwen2.5's) ends its turns with <|im_end|>
+    tokens = sorted({policy.decode([i]) for i in policy.eos_ids} - {""})
+    texts = [("reply.content", reply.text())] + [
+        (f"reply.tool_calls.{n}.function.{key}", getattr(call.function, key))
+        for n, call in enumerate(reply.tool_calls or ())
+        for key in ("name", "arguments")
+    ]
+    for field, text in texts:  # tokenized as that token (as vLLM does), it would end the turn there: the rest lost
+        if held := [token for token in tokens if token in text]:
+            raise APIError(
+                400,
+                f"{field}: holds {held[0]!r}, the model's end-of-turn token: the recorded turn would end there",
+                param=field,
+            )
     try:
         full = policy.render(
             [m.for_template() for m in messages] + [reply.for_template()], tools, generation_prompt=False
         )
     except TEMPLATE_ERRORS as exc:
         raise PromptError(f"the chat template cannot render the reply: {type(exc).__name__}: {exc}") from None
-    # the turn ends at its first end-of-turn token, which need not be the tokenizer's eos_token: a ChatML base
-    # model whose eos is <|endoftext|> (Qwen2.5's) ends its turns with <|im_end|>
-    tokens = {policy.decode([i]) for i in policy.eos_ids} - {""}
     ends = [(at, len(token)) for token in tokens if (at := full.find(token, len(head))) >= 0]
     if not full.startswith(head) or not ends:
         raise APIError(400, "reply: the chat template does not render it after the conversation", param="reply")
