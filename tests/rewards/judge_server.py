@@ -5,6 +5,8 @@ otherwise; `biased` adds 0.3 to whichever answer comes first; `garbage` replies 
 sleeps past any short timeout; `flaky` fails every first attempt at a prompt with a 500. Malformed
 replies: `duplicate_ids` scores answer 0 twice, `string_scores` writes "1", `bool_scores` writes true;
 malformed completions: `no_choices` (`choices: []`), `not_json`; `null_usage` (`prompt_tokens: null`, which the judge tolerates).
+Verdicts a judge should still read: `quoting` quotes an answer's JSON before the verdict, `null_reason` writes
+`"reason": null`.
 Refusals: `missing` answers 404 (a wrong model name), `rate_limited` 429. The last prompt is kept in `app.state.prompt`.
 """
 
@@ -52,11 +54,15 @@ def judge_app() -> FastAPI:
             scores = [
                 {**s, "score": str(int(s["score"])) if model == "string_scores" else bool(s["score"])} for s in scores
             ]
+        if model == "null_reason":
+            scores = [{**s, "reason": None} for s in scores]
         if model == "not_json":
             return PlainTextResponse("upstream busy")
         content = (
             "They all look fine to me." if model == "garbage" else "Here you go: " + json.dumps({"scores": scores})
         )
+        if model == "quoting":
+            content = 'Answer 0 returns {"city": "Paris"}, as asked. ' + content
         choices = [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(content.split()), "total_tokens": 0}
         return {

@@ -169,6 +169,13 @@ async def test_malformed_completions_are_recorded_failures_naming_the_answer(jud
     await _fails_as_unparseable(judge_server, model, reason)
 
 
+@pytest.mark.parametrize("model", ["quoting", "null_reason"])
+async def test_a_verdict_after_a_quoted_json_answer_or_with_a_null_reason_scores(judge_server, model):
+    judge = Judge(_config(judge_server, model, retries=0))
+    breakdowns = await Reward([judge.term()]).score_group(_group())
+    assert [b.failure for b in breakdowns] == [None] * 4 and [b.terms["judge"] for b in breakdowns] == [1, 0, 1, 0]
+
+
 async def test_a_verdict_whose_server_counts_no_prompt_tokens_still_scores(judge_server):
     judge = Judge(_config(judge_server, "null_usage", retries=0))  # `prompt_tokens: null`, as some servers send
     breakdowns = await Reward([judge.term()]).score_group(_group())

@@ -50,7 +50,7 @@ class _Score(BaseModel):
     model_config = ConfigDict(strict=True)  # "1" or true is not a score
     id: int
     score: float = Field(ge=0, le=1)
-    reason: str = ""
+    reason: str | None = ""  # free text; null is no reason
 
 
 class _Scores(BaseModel):
@@ -165,10 +165,7 @@ class Judge:
             self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
             self.usage.completion_tokens += completion.usage.completion_tokens or 0
         text = completion.choices[0].message.content or ""
-        try:
-            parsed = _Scores.model_validate(_first_json_object(text))
-        except ValidationError as exc:
-            raise ValueError(f"{first_error(exc, 'verdict')} in {text[:200]!r}") from None
+        parsed = _verdict(text)
         ids = sorted(s.id for s in parsed.scores)
         if ids != list(range(count)):
             raise ValueError(f"expected ids 0..{count - 1} once each, got {ids} in {text[:200]!r}")
@@ -195,13 +192,22 @@ def _answer(i: int, text: str) -> str:
     return f"<answer id={i}>\n{encoded}\n</answer>"
 
 
-def _first_json_object(text: str) -> dict:
-    """The first JSON object in free text (judges often wrap it in prose or code fences)."""
+def _verdict(text: str) -> _Scores:
+    """The first JSON object in free text that is a verdict: judges wrap it in prose or code fences, and may quote an
+    answer's own JSON before it. None is: the error of the first object that has `scores` (else of the first)."""
+    error = None
     for start in (i for i, ch in enumerate(text) if ch == "{"):
         try:
             value, _ = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError:
             continue
-        if isinstance(value, dict):
-            return value
-    raise ValueError(f"no JSON object in {text[:80]!r}")
+        if not isinstance(value, dict):
+            continue
+        try:
+            return _Scores.model_validate(value)
+        except ValidationError as exc:
+            if error is None or ("scores" in value and not error[0]):
+                error = ("scores" in value, exc)
+    if error is None:
+        raise ValueError(f"no JSON object in {text[:80]!r}")
+    raise ValueError(f"{first_error(error[1], 'verdict')} in {text[:200]!r}")
