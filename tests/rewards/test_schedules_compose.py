@@ -129,3 +129,26 @@ async def test_every_failed_term_is_named():
     (scored,) = await reward.score_group([_episode("x", True)])
     assert scored.failure == "a: timed out; b: bad" and scored.total == 1.0
     assert reward.score(_episode("x", True)).failure == "a: timed out; b: bad"
+
+
+def test_a_weight_or_clamp_that_is_not_finite_is_refused_when_the_reward_is_built():
+    with pytest.raises(ValueError, match="term 'x': weight nan is not a finite number"):
+        Reward([Term("x", lambda e: 1.0, float("nan"))])
+    with pytest.raises(ValueError, match="term 'x': weight inf"):
+        Reward([Term("x", lambda e: 0.0, float("inf"))])  # inf x 0 made every total NaN
+    with pytest.raises(ValueError, match="finite number"):
+        Schedule(start=float("nan"))
+    for clamp in ((1.0, -1.0), (float("nan"), 1.0)):
+        with pytest.raises(ValueError, match="not \\(low, high\\)"):
+            Reward([Term("x", lambda e: 1.0)], clamp=clamp)
+
+
+async def test_a_term_that_returns_no_number_or_raises_names_itself():
+    reward = Reward([weighted("ok", lambda e: True), weighted("forgot", lambda e: None)])
+    with pytest.raises(TypeError, match="returned None, not a number") as caught:
+        reward.score(_episode("x", True))
+    assert "in reward term 'forgot'" in caught.value.__notes__
+    with pytest.raises(TypeError) as caught:
+        await reward.score_group([_episode("x", True)])
+    assert "in reward term 'forgot'" in caught.value.__notes__
+    assert Reward([weighted("ok", lambda e: True)]).score(_episode("x", True)).total == 1.0  # a bool counts 1

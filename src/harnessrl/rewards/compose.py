@@ -55,6 +55,11 @@ class Reward:
         _cap_depths(terms)  # a cycle of caps is refused now
         if clamp is not None and "clamp" in names:
             raise ValueError("a reward with a clamp records it as the term 'clamp': rename that term")
+        for t in terms:  # a NaN or inf weight makes every total NaN, and the trainer drops every group as failed
+            if not isinstance(t.weight, Schedule) and not math.isfinite(t.weight):
+                raise ValueError(f"term {t.name!r}: weight {t.weight} is not a finite number")
+        if clamp is not None and not (math.isfinite(clamp[0]) and math.isfinite(clamp[1]) and clamp[0] <= clamp[1]):
+            raise ValueError(f"clamp {clamp} is not (low, high) with finite low <= high")
         self.terms, self.clamp = terms, clamp
 
     async def score_group(self, episodes: list[Episode], step: int = 0) -> list[RewardBreakdown]:
@@ -67,6 +72,9 @@ class Reward:
             except TermFailure as exc:
                 failures.append(f"{term.name}: {exc}")
                 raw[term.name] = [0.0] * len(episodes)
+            except Exception as exc:  # a bug in the term: it stops the run, saying which term
+                exc.add_note(f"in reward term {term.name!r}")
+                raise
         failure = "; ".join(failures) or None
         out = []
         for i, episode in enumerate(episodes):
@@ -82,10 +90,13 @@ class Reward:
         raw, failures = {}, []
         for t in self.terms:
             try:
-                raw[t.name] = _finite([float(t.fn(episode, step) if t.with_step else t.fn(episode))])[0]
+                raw[t.name] = _finite([_number(t.fn(episode, step) if t.with_step else t.fn(episode))])[0]
             except TermFailure as exc:
                 failures.append(f"{t.name}: {exc}")
                 raw[t.name] = 0.0
+            except Exception as exc:
+                exc.add_note(f"in reward term {t.name!r}")
+                raise
         breakdown = self._combine(raw, step, "; ".join(failures) or None)
         episode.reward = breakdown
         return breakdown
@@ -126,11 +137,19 @@ async def _values(term: Term, episodes: list[Episode], step: int) -> list[float]
         values = await (term.fn(episodes, step) if term.with_step else term.fn(episodes))
         if len(values) != len(episodes):
             raise TermFailure(f"returned {len(values)} scores for {len(episodes)} episodes")
-        return [float(v) for v in values]
+        return [_number(v) for v in values]
     if inspect.iscoroutinefunction(term.fn):
         calls = (term.fn(e, step) if term.with_step else term.fn(e) for e in episodes)
-        return [float(v) for v in await asyncio.gather(*calls)]
-    return [float(term.fn(e, step) if term.with_step else term.fn(e)) for e in episodes]
+        return [_number(v) for v in await asyncio.gather(*calls)]
+    return [_number(term.fn(e, step) if term.with_step else term.fn(e)) for e in episodes]
+
+
+def _number(value) -> float:
+    """A term's value as a float (a bool counts 1 or 0); None (a branch that forgot its return) or a string is a
+    TypeError: float("1") would let a str through."""
+    if isinstance(value, str | bytes) or value is None:
+        raise TypeError(f"returned {value!r}, not a number")
+    return float(value)
 
 
 def _finite(values: list[float]) -> list[float]:

@@ -12,7 +12,7 @@ class Schedule(BaseModel):
     """value(step). linear / cosine go from `start` at step 0 to `end` at `steps` and stay there;
     step holds `start` until each boundary in `boundaries`, then the matching entry of `values`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN weight would make every reward NaN
     kind: Literal["constant", "linear", "cosine", "step"] = "constant"
     start: float = 1.0
     end: float = 0.0
