@@ -40,6 +40,43 @@ async def slow(seconds: float) -> str:
     return "done"
 
 
+def parse(flags: str) -> str:
+    """A tool that parses its input with argparse, which exits on what it refuses."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="parse", exit_on_error=True)
+    parser.add_argument("--n", type=int)
+    return str(parser.parse_args(flags.split()).n)
+
+
+async def parse_later(flags: str) -> str:
+    """The same, async."""
+    return parse(flags)
+
+
+def first(items: list[str]) -> str:
+    """The first item (next() on an empty list raises StopIteration)."""
+    return next(iter(items))
+
+
+async def fetch(url: str) -> str:
+    """A tool with a socket timeout of its own."""
+    await asyncio.wait_for(asyncio.sleep(5), 0.05)
+    return url
+
+
+def reading(celsius: str) -> dict:
+    """A tool that validates what its upstream returned, and returns what JSON cannot hold."""
+    from pydantic import BaseModel
+
+    class Reading(BaseModel):
+        temp: float
+
+    if celsius == "keys":
+        return {(0, 0): 1.0}
+    return Reading.model_validate({"temp": celsius}).model_dump()
+
+
 def test_schema_comes_from_signature_and_docstring():
     schema = tool_schema(lookup)["function"]
     assert schema["name"] == "lookup" and schema["description"] == "Find records by name."
@@ -79,3 +116,23 @@ async def test_blocking_tools_that_time_out_do_not_starve_the_next_calls():
         assert await box.call("quick", "{}") == ("ok", True)
     finally:
         RELEASE.set()
+
+
+async def test_a_tool_that_exits_stops_iteration_times_out_by_itself_or_fails_its_own_checks_is_its_error():
+    """Each was a crashed process (sys.exit), a call that hung to the timeout (StopIteration), or an error blamed on
+    the model's arguments or the toolbox's timeout."""
+    box = Toolbox([parse, parse_later, first, fetch, reading], timeout=2.0)
+    cases = {
+        ("parse", '{"flags": "--n x"}'): "error: parse raised RuntimeError: the tool called sys.exit(2)",
+        ("parse_later", '{"flags": "--n x"}'): "error: parse_later raised RuntimeError: the tool called sys.exit(2)",
+        ("first", '{"items": []}'): "error: first raised RuntimeError: StopIteration",
+        ("fetch", '{"url": "u"}'): "error: fetch raised TimeoutError",
+        ("reading", '{"celsius": "warm"}'): "error: reading raised ValidationError",
+        ("reading", '{"celsius": "keys"}'): "error: reading raised TypeError: keys must be",
+    }
+    for (name, args), expected in cases.items():
+        started = asyncio.get_running_loop().time()
+        text, ok = await box.call(name, args)
+        assert not ok and text.startswith(expected), text
+        assert asyncio.get_running_loop().time() - started < 1.5, (name, text)  # none waits for the timeout
+    assert await box.call("parse", '{"flags": "--n 3"}') == ("3", True)

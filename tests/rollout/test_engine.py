@@ -123,6 +123,34 @@ async def test_a_group_whose_episode_cannot_start_leaves_no_sibling_running(setu
     await gateway.aclose()
 
 
+async def test_a_gateway_error_at_finish_ends_the_run_and_is_not_the_harness_failing(setup, tmp_path):
+    """The store is down when a successful episode finishes (503): that is the gateway's error, raised to the run, not
+    an episode failed with "harness raised GatewayError" and scored as the harness's failure after a second finish."""
+    import sqlalchemy as sa
+
+    from harnessrl.loop.store import Store
+
+    class Down(Store):  # the real store, down for the first finish it is asked to write
+        finishes = 0
+
+        def finish(self, episode):
+            self.finishes += 1
+            if self.finishes == 1:
+                raise sa.exc.OperationalError("UPDATE episodes", {}, Exception("database is locked"))
+            super().finish(episode)
+
+    policy, _, reward = setup
+    store = Down(tmp_path / "t.db")
+    gateway = GatewayClient(ADMIN, app=create_app(policy, ADMIN, recorder=store))
+    engine = RolloutEngine(gateway, harness, reward, RolloutConfig(group_size=2, episode_timeout=60))
+    with pytest.raises(GatewayError, match="finish: 503"):
+        await engine.episode(Task(id="ok", prompt="Time in Oslo?"))
+    # the gateway's delete of the episode left unfinished ends it in the store
+    reasons = [s.episode.failure_reason for s in store.episodes()]
+    assert engine.counts["failed"] == 0 and not any("harness raised" in (r or "") for r in reasons), reasons
+    await gateway.aclose()
+
+
 @pytest.mark.parametrize("store", [False, True])
 async def test_an_episode_its_gateway_expired_is_a_failed_episode_not_a_crash(tmp_path, store):
     """A gateway with a session TTL ends an idle episode: kept in memory as failed (409 on finish) or, with a trace

@@ -60,29 +60,46 @@ class Toolbox:
         self.timeout = timeout
 
     async def call(self, name: str, arguments: str | dict) -> tuple[str, bool]:
-        """(observation, ok). Errors come back as `error: ...` observations with ok = False."""
+        """(observation, ok). Errors come back as `error: ...` observations with ok = False: the model's (a bad
+        argument) named as its, the tool's own (it raised, timed out by itself, exited, returned what JSON cannot
+        hold) as the tool's."""
         if name not in self.tools:
             return f"error: unknown tool {name!r}; available: {', '.join(self.tools)}", False
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments
-            if not isinstance(args, dict):
-                return "error: arguments must be a JSON object", False
-            adapter = self.adapters[name]
-            if inspect.iscoroutinefunction(self.tools[name]):
-                result = await asyncio.wait_for(adapter.validate_python(args), self.timeout)
-            else:  # a blocking tool must not stall every other episode on the event loop
-                result = await asyncio.wait_for(_in_thread(adapter.validate_python, args), self.timeout)
         except json.JSONDecodeError as exc:
             return f"error: arguments are not valid JSON: {exc.msg}", False
+        if not isinstance(args, dict):
+            return "error: arguments must be a JSON object", False
+        fn, adapter = self.tools[name], self.adapters[name]
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                if inspect.iscoroutinefunction(fn):
+                    result = await _no_exit(adapter.validate_python(args))
+                else:  # a blocking tool must not stall every other episode on the event loop
+                    result = await _in_thread(adapter.validate_python, args)
+            return (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)), True
         except ValidationError as exc:
+            if exc.title != f"call[{fn.__name__}]":  # the tool's own validation of something else
+                return f"error: {name} raised ValidationError: {exc}", False
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             return f"error: {name}: argument {where}: {first['msg']}", False
-        except TimeoutError:
-            return f"error: {name} timed out after {self.timeout} s", False
+        except TimeoutError as exc:
+            if deadline.expired():
+                return f"error: {name} timed out after {self.timeout} s", False
+            return f"error: {name} raised TimeoutError: {exc}", False  # its own (a socket's, a wait_for's)
         except Exception as exc:  # the tool's own bug is an observation, not a crash
             return f"error: {name} raised {type(exc).__name__}: {exc}", False
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str), True
+
+
+async def _no_exit(coroutine):
+    """An async tool's sys.exit (argparse on arguments it refuses) as an error, not the end of the process."""
+    try:
+        return await coroutine
+    except SystemExit as exc:
+        raise RuntimeError(f"the tool called sys.exit({exc.code!r})") from None
 
 
 def _in_thread(fn: Callable, *args) -> asyncio.Future:
@@ -101,6 +118,10 @@ def _in_thread(fn: Callable, *args) -> asyncio.Future:
     def run() -> None:
         try:
             outcome = (context.run(fn, *args), None)
+        except SystemExit as exc:  # argparse on arguments it refuses: the tool's error, not the process's end
+            outcome = (None, RuntimeError(f"the tool called sys.exit({exc.code!r})"))
+        except StopIteration as exc:  # a future cannot hold it (TypeError): it would never settle
+            outcome = (None, RuntimeError(f"StopIteration: {exc}"))
         except BaseException as exc:  # the tool's own error: the caller's observation
             outcome = (None, exc)
         try:

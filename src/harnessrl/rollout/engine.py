@@ -103,7 +103,6 @@ class RolloutEngine:
         try:
             async with deadline:
                 outcome = await self._run(task, key)
-            return await self._finish(episode_id, task, outcome)
         except WorkerSetupError:  # every episode would fail alike: stop, naming why
             raise
         except WorkerDied as exc:
@@ -118,6 +117,8 @@ class RolloutEngine:
             return await self._finish(episode_id, task, failure_reason=f"timeout after {self.config.episode_timeout} s")
         except Exception as exc:  # the harness's bug is a failed episode with its reason
             return await self._finish(episode_id, task, failure_reason=f"harness raised {type(exc).__name__}: {exc}")
+        else:  # outside the excepts: the gateway's error at finish is not the harness's (it ends the run, as any)
+            return await self._finish(episode_id, task, outcome)
         finally:
             try:
                 await self.gateway.delete(episode_id)
