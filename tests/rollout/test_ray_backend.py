@@ -4,6 +4,7 @@ workers retried on fresh episodes; and the default backend never imports Ray."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -53,11 +54,11 @@ def served():
     ray.shutdown()
 
 
-async def _engine(base_url: str, **config) -> RolloutEngine:
+async def _engine(base_url: str, run=harness, **config) -> RolloutEngine:
     gateway = GatewayClient(ADMIN, base_url=base_url)
     reward = Reward([weighted("length", lambda e: len(e.outcome.answer or "") / 100)])
     cfg = RolloutConfig(**{"backend": "ray", "workers": 2, "worker_concurrency": 4, "group_size": 4} | config)
-    return RolloutEngine(gateway, harness, reward, cfg)
+    return RolloutEngine(gateway, run, reward, cfg)
 
 
 async def test_episodes_run_on_workers_token_exact(served):
@@ -119,6 +120,19 @@ async def test_a_harness_that_returns_no_outcome_finishes_as_in_process(served):
     assert episode.status == "finished" and episode.outcome is not None and episode.outcome.answer is None
     engine.close()
     await engine.gateway.aclose()
+
+
+async def test_a_partial_of_a_harness_runs_on_the_workers(served):
+    """functools.partial(harness, ...) was unpicklable: its module, functools, was registered to ship by value."""
+    engine = await _engine(served, functools.partial(_answering, answer="y"), workers=1)
+    episode = await engine.episode(Task(prompt="x"))
+    assert episode.status == "finished" and episode.outcome.answer == "y", episode.failure_reason
+    engine.close()
+    await engine.gateway.aclose()
+
+
+async def _answering(task: Task, llm: openai.AsyncOpenAI, answer: str) -> Outcome:
+    return Outcome(answer=answer)
 
 
 def test_the_ray_backend_needs_an_http_gateway(served):

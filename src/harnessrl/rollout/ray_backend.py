@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
 
 from harnessrl.harness import Harness
 from harnessrl.types import Outcome, Task
@@ -58,6 +62,20 @@ def _worker_class():
     return RolloutWorker
 
 
+def _user_module(harness) -> ModuleType | None:
+    """The module of the user's code behind a harness (a function, a method, a callable object, or a
+    functools.partial of one), to ship by value: not harnessrl's, the standard library's or an installed package's,
+    which the workers import themselves (registering functools, a partial's own module, broke its pickling)."""
+    while isinstance(harness, functools.partial):
+        harness = harness.func
+    module = sys.modules.get(getattr(harness, "__module__", None) or type(harness).__module__)
+    path = getattr(module, "__file__", None)
+    if module is None or path is None or module.__name__.split(".")[0] == "harnessrl":
+        return None
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return None if any(Path(path).resolve().is_relative_to(p) for p in installed) else module
+
+
 class RayRunner:
     """Runs harnesses on `workers` Ray actors; `await runner(task, api_key)` -> Outcome."""
 
@@ -79,8 +97,7 @@ class RayRunner:
             )
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        module = sys.modules.get(harness.__module__)
-        if module is not None and not harness.__module__.startswith("harnessrl."):
+        if (module := _user_module(harness)) is not None:
             cloudpickle.register_pickle_by_value(module)  # a user's script or test module: ship its code
         self._ray, self._make = (
             ray,
