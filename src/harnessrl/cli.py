@@ -694,13 +694,16 @@ def registry_command(
                     reg.promote(version, reason=f"first version, from {model}")
     except (RegistryError, PolicyLoadError, OSError) as exc:
         _fail(str(exc))
-    promoted = reg.promoted()
+    try:  # a version.json cut short or edited by hand: named
+        promoted, versions, events = reg.promoted(), reg.versions(), reg.events()
+    except RegistryError as exc:
+        _fail(str(exc))
     table = Table(title=f"registry {reg.name} ({reg.root})")
     for column in ("version", "parent", "source / window", "reward", "eval cand/cur", "lower bound", "decision"):
         table.add_column(column)
     # a cycle's line holds its final decision (version.json has the gate's: PROMOTED may have moved meanwhile)
-    logged = {e["version"]: e["decision"] for e in reg.events() if e["event"] == "cycle" and e.get("version")}
-    for v in reg.versions():
+    logged = {e["version"]: e["decision"] for e in events if e["event"] == "cycle" and e.get("version")}
+    for v in versions:
         d, f = logged.get(v.id, v.decision), v.figures
         window = Path(v.source).name if v.source else f"{f.get('counts', {}).get('labelled_used')} episodes"
         failed = ", ".join(_reason_label(r) for r in d.get("reasons", []))

@@ -99,6 +99,18 @@ def test_a_registry_needs_its_file(tmp_path):
             Registry(tmp_path / "r")
 
 
+def test_a_version_json_cut_short_or_edited_by_hand_is_named(tmp_path):
+    reg = Registry.create(tmp_path / "r", "a")
+    reg.add_model("tiny", 0)
+    path = reg.path("v1") / "version.json"
+    path.write_text(path.read_text()[:40])
+    for read in (reg.versions, lambda: reg.info("v1")):
+        with pytest.raises(RegistryError, match=r"versions/a@v1/version.json: version.json: Invalid JSON"):
+            read()
+    done = cli("registry", tmp_path / "r")
+    assert done.exit_code != 0 and "version.json" in done.output and "Traceback" not in done.output
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd's file through /proc")
 def test_a_version_is_on_disk_folders_included_before_its_rename(tmp_path, monkeypatch):
     reg = Registry.create(tmp_path / "registry", "weather")

@@ -35,9 +35,14 @@ class InputError(Exception):
     the exact path instead of a validation error about the whole body."""
 
     def __init__(self, path: tuple, message: str):
+        self.path, self.message = path, message
         # a key can be the bad text itself: the gateway's error response escapes what it cannot send
         self.param = ".".join(map(str, path[:12])) + (".…" if len(path) > 12 else "") or None
         super().__init__(f"{self.param or 'body'}: {message}")
+
+    def under(self, *prefix) -> InputError:
+        """The same error in a body that nests this one's under `prefix` (pydantic does not add the path)."""
+        return InputError((*prefix, *self.path), self.message)
 
 
 def check_json(value: Any, path: tuple = ()) -> None:

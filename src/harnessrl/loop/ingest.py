@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harnessrl.gateway.schema import FeedbackBody, InputError, Message, Tool, check_json
 from harnessrl.loop.store import Store
@@ -34,6 +35,14 @@ class Trace(BaseModel):
     tools: list[Tool] | None = None
     outcome: Outcome | None = None
     feedback: FeedbackBody | None = None
+
+    @field_validator("feedback", mode="before")
+    @classmethod
+    def _feedback(cls, value: Any) -> Any:
+        try:  # its checks name `value` and `call`: here they are feedback's
+            return value if value is None or isinstance(value, FeedbackBody) else FeedbackBody.model_validate(value)
+        except InputError as exc:
+            raise exc.under("feedback") from None
 
 
 def ingest(
@@ -99,8 +108,8 @@ def _parse(raw: bytes) -> tuple[Trace | None, str]:
 
 
 def _task(trace_id: str, trace: Trace) -> Task:
-    messages = trace.messages
-    last_reply = len(messages) - 1 if messages[-1].role == "assistant" else None
+    messages = trace.messages  # the conversation up to its last assistant turn, and that turn (a user's "thanks" after)
+    last_reply = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
     context = messages[:last_reply] if last_reply is not None else messages
     first_user = next(m for m in messages if m.role == "user")
     return Task(

@@ -28,9 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnessrl.train.checkpoint import fsync_dir, fsync_tree, write_atomic
+from harnessrl.types import first_error
 
 if TYPE_CHECKING:
     from harnessrl.policy import Policy
@@ -40,6 +41,14 @@ _ID = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)@v(?P<number>[0-9]+)$")
 
 class RegistryError(ValueError):
     """A registry that cannot do what was asked; the message names the folder or version."""
+
+
+def _read_version(path: Path) -> VersionInfo:
+    """A version.json; one cut short or edited by hand is a RegistryError naming it."""
+    try:
+        return VersionInfo.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise RegistryError(f"{path}: {first_error(exc, 'version.json')}") from None
 
 
 class VersionInfo(BaseModel):
@@ -85,7 +94,7 @@ class Registry:
 
     def versions(self) -> list[VersionInfo]:
         found = [
-            VersionInfo.model_validate_json((p / "version.json").read_text())
+            _read_version(p / "version.json")
             for p in (self.root / "versions").iterdir()
             if (p / "version.json").is_file()
         ]
@@ -96,7 +105,7 @@ class Registry:
         if not path.is_file():
             known = ", ".join(v.id for v in self.versions()) or "none"
             raise RegistryError(f"no version {self.resolve(version)!r} in {self.root} (versions: {known})")
-        return VersionInfo.model_validate_json(path.read_text())
+        return _read_version(path)
 
     def path(self, version: str) -> Path:
         return self.root / "versions" / self.resolve(version)
