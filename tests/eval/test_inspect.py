@@ -147,6 +147,15 @@ def test_colours_follow_the_mask(episode, tmp_path):
         assert (green, red) == (call.trainable, not call.trainable), (call.agent, codes)
 
 
+def test_a_failure_reason_holding_escape_codes_is_shown_not_obeyed(episode, tmp_path):
+    """An exception's text can quote what the model wrote: `\x1b[2J` would clear the terminal."""
+    failed = episode.model_copy(update={"status": "failed", "failure_reason": "harness raised ValueError: \x1b[2Jboom"})
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(failed.to_json() + "\n")
+    shown = _inspect(str(path))
+    assert "\x1b[2J" not in shown and "ValueError: \\x1b[2Jboom" in shown
+
+
 def test_an_episode_id_is_found_in_a_run_folder(episode, tmp_path):
     run = tmp_path / "run"
     run.mkdir()

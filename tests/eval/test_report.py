@@ -320,3 +320,13 @@ class _Cdp:
 def test_the_trailing_mean_beside_a_batch_curve_averages_each_update_with_those_before():
     assert trailing_mean([1.0, 2.0, 3.0, 4.0, 5.0, 9.0], 3) == [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
     assert trailing_mean([0.5], 5) == [0.5] and trailing_mean([], 5) == []
+
+
+def test_a_dollar_in_a_task_family_is_drawn_as_text_not_math(tmp_path):
+    """matplotlib reads `$...$` as math: `x $\\alpha_$ y` failed the plot (and the job at its end), `in $_usd$` drew
+    a subscript."""
+    from harnessrl.eval.plots import plot_heldout
+
+    families = {name: {"success_before": 0.2, "success_after": 0.5} for name in ("x $\\alpha_$ y", "in $_usd$ total")}
+    plot_heldout({"heldout_success_before": 0.2, "heldout_by_family": families}, tmp_path / "heldout.png")
+    assert (tmp_path / "heldout.png").read_bytes().startswith(b"\x89PNG")

@@ -190,9 +190,10 @@ def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False
     sequences = len({s for s in sequence_of if s is not None})
     console.print(
         Text(
-            f"episode {episode.id} · task {episode.task.id} · status {episode.status} · "
-            f"{len(episode.calls)} calls · {sequences} training sequences, "
-            f"{sum(map(sum, masks))} loss tokens",
+            _visible(
+                f"episode {episode.id} · task {episode.task.id} · status {episode.status} · "
+                f"{len(episode.calls)} calls · {sequences} training sequences, {sum(map(sum, masks))} loss tokens"
+            ),
             style="bold",
         )
     )
@@ -201,9 +202,9 @@ def render(episode: Episode, tokenizer, console: Console, logprobs: bool = False
         terms = ", ".join(f"{k} {v:+.3f}" for k, v in r.terms.items())
         flags = f" · flags: {', '.join(r.flags)}" if r.flags else ""
         failure = f" · failure: {r.failure}" if r.failure else ""
-        console.print(Text(f"reward {r.total:+.3f} ({terms}){flags}{failure}"))
-    if episode.failure_reason:
-        console.print(Text(f"failed: {episode.failure_reason}", style="red"))
+        console.print(Text(_visible(f"reward {r.total:+.3f} ({terms}){flags}{failure}")))
+    if episode.failure_reason:  # an exception's text, which may quote what the model wrote: shown, not obeyed
+        console.print(Text(_visible(f"failed: {episode.failure_reason}"), style="red"))
     console.print(
         Text.assemble(
             "tokens: ",

@@ -5,6 +5,7 @@ Curves of several runs share one figure: a colour per metric key, a line style p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -17,13 +18,17 @@ HELDOUT = [  # (bar group, summary key before RL, summary key after RL)
 ]
 
 
+@contextlib.contextmanager
 def _pyplot():
+    """pyplot, headless, with `$` in text as itself: a task family or a run named `in $_usd$` is not math markup
+    (matplotlib's, which garbled such a label or failed the whole plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    with plt.rc_context({"text.parse_math": False}):
+        yield plt
 
 
 def reward_keys(rows: list[dict]) -> list[str]:
@@ -63,47 +68,47 @@ def plot_curves(
     every plotted value is positive. `smooth` > 0 draws the first key's trailing mean over that many points
     beside it (wide and pale), where there are twice as many: a batch of a few tasks swings with which tasks it drew.
     """
-    plt = _pyplot()
-    from matplotlib.ticker import MaxNLocator
+    with _pyplot() as plt:
+        from matplotlib.ticker import MaxNLocator
 
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    colours = {key: f"C{i % 10}" for i, key in enumerate(keys)}
-    values = []
-    for r, (label, rows) in enumerate(runs.items()):
-        for key in keys:
-            points = [
-                (row[x] if x else i, row[key])
-                for i, row in enumerate(rows, start=1)
-                if not math.isnan(as_number(row.get(key)))
-            ]
-            if not points:
-                continue
-            xs, ys = zip(*points)
-            values += ys
-            name = f"{label}: {key}" if label else key
-            width = 2 if key == "reward/mean" else 1.2
-            axis.plot(
-                xs,
-                ys,
-                RUN_STYLES[r % len(RUN_STYLES)],
-                color=colours[key],
-                label=name,
-                linewidth=width,
-                marker="o" if len(xs) < 30 else None,
-                markersize=3,
-            )
-            if smooth and key == keys[0] and len(ys) >= 2 * smooth:
-                style, means = RUN_STYLES[r % len(RUN_STYLES)], trailing_mean(ys, smooth)
+        figure, axis = plt.subplots(figsize=(8, 4.5))
+        colours = {key: f"C{i % 10}" for i, key in enumerate(keys)}
+        values = []
+        for r, (label, rows) in enumerate(runs.items()):
+            for key in keys:
+                points = [
+                    (row[x] if x else i, row[key])
+                    for i, row in enumerate(rows, start=1)
+                    if not math.isnan(as_number(row.get(key)))
+                ]
+                if not points:
+                    continue
+                xs, ys = zip(*points)
+                values += ys
+                name = f"{label}: {key}" if label else key
+                width = 2 if key == "reward/mean" else 1.2
                 axis.plot(
-                    xs, means, style, color=colours[key], linewidth=5, alpha=0.3, label=f"{name}, mean of {smooth}"
+                    xs,
+                    ys,
+                    RUN_STYLES[r % len(RUN_STYLES)],
+                    color=colours[key],
+                    label=name,
+                    linewidth=width,
+                    marker="o" if len(xs) < 30 else None,
+                    markersize=3,
                 )
-    if log and values and min(values) > 0:
-        axis.set_yscale("log")
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set(xlabel="update", ylabel=ylabel, title=title)
-    axis.legend(fontsize=7, ncol=2)
-    axis.grid(alpha=0.3)
-    _save(plt, figure, out)
+                if smooth and key == keys[0] and len(ys) >= 2 * smooth:
+                    style, means = RUN_STYLES[r % len(RUN_STYLES)], trailing_mean(ys, smooth)
+                    axis.plot(
+                        xs, means, style, color=colours[key], linewidth=5, alpha=0.3, label=f"{name}, mean of {smooth}"
+                    )
+        if log and values and min(values) > 0:
+            axis.set_yscale("log")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set(xlabel="update", ylabel=ylabel, title=title)
+        axis.legend(fontsize=7, ncol=2)
+        axis.grid(alpha=0.3)
+        _save(plt, figure, out)
 
 
 def trailing_mean(values: list[float], n: int) -> list[float]:
@@ -120,21 +125,21 @@ def plot_heldout_runs(summaries: dict[str, dict], out: Path) -> None:
     """The same bars for several runs side by side; a missing key leaves its bar out. Sampled success
     by the tasks' number of gold documents (`heldout_by_gold_docs`) gets a bar group per count, and by
     task family (`heldout_by_family`) one per family."""
-    plt = _pyplot()
-    bars_of = {label: _heldout_bars(s) for label, s in summaries.items()}
-    groups = list(dict.fromkeys(g for b in bars_of.values() for g in b))
-    bars = [(label, when, index) for label in summaries for when, index in (("before RL", 0), ("after RL", 1))]
-    width = 0.8 / len(bars)
-    figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1) + 0.8 * max(0, len(groups) - 2), 3.5))
-    for b, (label, when, index) in enumerate(bars):
-        heights = [bars_of[label].get(g, (math.nan, math.nan))[index] for g in groups]
-        xs = [x - 0.4 + width * (b + 0.5) for x in range(len(groups))]
-        axis.bar(xs, heights, width=width, label=f"{label}: {when}" if label else when)
-    tilt = {"rotation": 30, "ha": "right"} if len(groups) > 5 else {}
-    axis.set_xticks(list(range(len(groups))), groups, fontsize=8, **tilt)
-    axis.set(ylim=(0, 1), ylabel="held-out success", title="held-out tasks")
-    axis.legend(fontsize=7)
-    _save(plt, figure, out)
+    with _pyplot() as plt:
+        bars_of = {label: _heldout_bars(s) for label, s in summaries.items()}
+        groups = list(dict.fromkeys(g for b in bars_of.values() for g in b))
+        bars = [(label, when, index) for label in summaries for when, index in (("before RL", 0), ("after RL", 1))]
+        width = 0.8 / len(bars)
+        figure, axis = plt.subplots(figsize=(5 + 1.5 * (len(summaries) - 1) + 0.8 * max(0, len(groups) - 2), 3.5))
+        for b, (label, when, index) in enumerate(bars):
+            heights = [bars_of[label].get(g, (math.nan, math.nan))[index] for g in groups]
+            xs = [x - 0.4 + width * (b + 0.5) for x in range(len(groups))]
+            axis.bar(xs, heights, width=width, label=f"{label}: {when}" if label else when)
+        tilt = {"rotation": 30, "ha": "right"} if len(groups) > 5 else {}
+        axis.set_xticks(list(range(len(groups))), groups, fontsize=8, **tilt)
+        axis.set(ylim=(0, 1), ylabel="held-out success", title="held-out tasks")
+        axis.legend(fontsize=7)
+        _save(plt, figure, out)
 
 
 def _heldout_bars(summary: dict) -> dict[str, tuple[float, float]]:
