@@ -469,6 +469,10 @@ def test_forget_after_keeps_the_steps_up_to_a_checkpoint_and_no_empty_log(fresh_
     assert log.read_text() == '{"step": 1}\n'
     trainer.forget_after(0)  # killed before the first checkpoint: no log, which `report` reads as no update yet
     assert not log.exists()
+    # RL's updates 1-3, the third skipped (every group tied: the step stays 2), saved at update 2: the job keeps 2
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 2, "perf/skipped_update": 1}\n')
+    trainer.forget_after(2, lines=2)
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
 
 
 def test_a_group_with_a_non_finite_reward_is_left_out_whatever_its_order(fresh_policy):

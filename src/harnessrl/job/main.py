@@ -480,6 +480,7 @@ class _Job:
         done = 0
         if (latest := latest_checkpoint(checkpoints)) is not None:
             done = trainer.resume(latest).get("updates", trainer.step)
+            trainer.forget_after(trainer.step, lines=done)  # a line an update, skipped ones included
         else:
             trainer.forget_after(0)
         self.rl_updates = done

@@ -391,16 +391,18 @@ class Trainer:
         self.scheduler.lr_lambdas = [_lr_factor(self.config)] * len(self.optimizer.param_groups)
         self._configured_hyperparameters(self.config.model_dump())  # the current rate from the new schedule
 
-    def forget_after(self, step: int) -> None:
-        """Drop metrics.jsonl lines past `step` (and a line cut short): a run that stopped after its last
-        checkpoint redoes those steps, and each step is logged once."""
+    def forget_after(self, step: int, lines: int | None = None) -> None:
+        """Drop metrics.jsonl lines past `step` (and a line cut short), and past the first `lines` of them where
+        given: a run that stopped after its last checkpoint redoes those steps, and each step is logged once. RL
+        logs a line an update, and a skipped update's (every group tied) keeps the step before it, so a job resuming
+        at update N keeps N lines: the step alone kept a skipped update after the checkpoint, then logged it again."""
         path = self.run_dir / "metrics.jsonl" if self.run_dir is not None else None
         if path is None or not path.is_file():
             return
         kept = []
         for line in path.read_text().splitlines():
             try:
-                if json.loads(line).get("step", 0) <= step:
+                if json.loads(line).get("step", 0) <= step and (lines is None or len(kept) < lines):
                     kept.append(line + "\n")
             except json.JSONDecodeError:
                 pass
