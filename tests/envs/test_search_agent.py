@@ -256,3 +256,26 @@ def test_error_classes_say_why_an_episode_failed():
     assert cls("Velmo", ["p", "t", "x"]) == "not_in_context"
     assert set(ERROR_CLASSES) == {"ok", "failed", "malformed_call", "no_answer", "gold_not_seen", "wrong_field",
                                   "wrong_entity", "not_in_context"}  # fmt: skip
+
+
+def test_the_expert_reads_only_documents_its_results_showed(tmp_path):
+    """Twelve towns titled Springfield: the search for the bridge's title shows three, not the gold one, whose id the
+    expert alone knows. It read that id anyway (a call the agent could never make); now it answers from what it saw,
+    or fails."""
+    from harnessrl.envs.search.expert import SearchExpert
+
+    docs = [Doc(id=f"s{i}", title="Springfield", text=f"Springfield is a town with {i * 7} mills.") for i in range(12)]
+    docs.append(Doc(id="p", title="Ann Lee", text="Ann Lee was a baker born in Springfield."))
+    task = Task(id="q", prompt="How many mills has the birthplace of Ann Lee?", data={"answer": "77", "gold_doc_ids": ["p", "s11"]})  # fmt: skip
+    policy = Policy.load("tiny")
+    try:
+        gateway = GatewayClient("expert-admin-key", app=create_app(policy, "expert-admin-key"))
+        expert = SearchExpert(SearchAgent(SearchIndex(docs, tmp_path), context_budget=4000), p_distractor=0, p_skip=0)
+        engine = RolloutEngine(gateway, expert, context1_reward(), RolloutConfig(group_size=2))
+        episode = asyncio.run(engine.episode(task))
+    finally:
+        policy.close()
+    calls = [policy.decode(c.completion_ids) for c in episode.calls]
+    shown = " ".join(policy.decode(c.prompt_ids) for c in episode.calls)
+    assert not [c for c in calls if '"read_document"' in c and "[s11#0]" not in shown], calls
+    assert episode.status == "failed" and "gold documents unread: ['s11']" in episode.failure_reason

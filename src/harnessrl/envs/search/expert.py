@@ -79,7 +79,7 @@ class SearchExpert:
             if doc_id not in run.seen_docs:
                 doc = index.document(doc_id)
                 await do("search_corpus", query=doc.title or " ".join(doc.text.split()[:8]))
-            if unseen(doc_id):
+            if unseen(doc_id) and doc_id in run.seen_docs:  # an id the results showed, never one it alone knows
                 await do("read_document", doc_id=doc_id)
         for _ in range(self.extra_searches):
             await do("search_corpus", query=task.prompt)
