@@ -71,6 +71,11 @@ def test_a_document_read_whole_is_pruned_whole_and_its_id_may_hold_a_hash(tmp_pa
     # a backtracking pattern (re would hold the GIL for hours, past any tool timeout) is a tool error in seconds
     with pytest.raises(ValueError, match=r"the pattern took over 2(\.\d+)? s"):
         idx.grep(r"\b(a|aa)+\b\.", k=5)
+    # an id that is another document's chunk id: prune_chunks("manual#1") would drop both
+    with pytest.raises(
+        ValueError, match="c.jsonl: document id 'other#1' is also the id of a chunk of document 'other'"
+    ):
+        SearchIndex([*docs, Doc(id="other#1", text="A page of its own.")], tmp_path / "clash", source="c.jsonl")
 
 
 def test_pruning_deletes_only_the_entries_it_names_whatever_a_documents_lines_look_like(tmp_path):

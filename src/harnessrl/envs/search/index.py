@@ -65,6 +65,11 @@ class SearchIndex:
         self.docs = {d.id: d for d in docs}
         self.chunks = chunk_docs(docs, chunk_words)
         self.by_id = {c.id: c for c in self.chunks}
+        if clash := sorted(set(self.docs) & set(self.by_id)):  # `manual#1` and the second chunk of `manual`
+            c = self.by_id[clash[0]]
+            raise ValueError(f"{source}: document id {clash[0]!r} is also the id of a chunk of document {c.doc_id!r} "
+                             f"(its chunk {clash[0].rsplit('#', 1)[1]}): the agent's prune_chunks could not tell them "
+                             "apart; rename one")  # fmt: skip
         self.by_doc: dict[str, list[Chunk]] = {}
         for c in self.chunks:
             self.by_doc.setdefault(c.doc_id, []).append(c)
