@@ -272,6 +272,21 @@ def test_a_task_whose_answer_documents_are_on_both_sides_of_the_split_is_dropped
         assert {taskgen.doc_split(d, share) for d in answer_docs} == {task.split}
 
 
+def test_a_title_two_documents_share_makes_no_question_and_no_hop(tmp_path):
+    """Two Springfields: "What is the population of Springfield?" has two answers, and the other one passed as a
+    distractor (it lacks this answer)."""
+    docs = [Doc(id="spr-il", title="Springfield", text="State: Illinois\nPopulation: 114394"),
+            Doc(id="spr-ma", title="Springfield", text="State: Massachusetts\nPopulation: 155929"),
+            Doc(id="ann", title="Ann Lee", text="Birthplace: Springfield\nTrade: baker"),
+            *(Doc(id=f"t{i}", title=f"Town {i}", text=f"State: Ohio\nPopulation: {1000 + i}") for i in range(4))]  # fmt: skip
+    run = taskgen.generate(docs, SearchIndex(docs, tmp_path / "index"), taskgen.RuleWriter(docs), count=20,
+                           hops=[1, 2], out=tmp_path / "t.jsonl", test_share=0.0, max_attempts=200)  # fmt: skip
+    assert run.kept and run.dropped["ambiguous_title"]
+    assert not [
+        t.question for t in run.kept if "Springfield" in t.question or {"spr-il", "spr-ma"} & set(t.gold_doc_ids)
+    ]
+
+
 def test_fact_keys_in_any_script_and_json_values_as_written():
     doc = Doc(id="m", title="Москва", text="Столица: да\nΠληθυσμός: 12000000\nÉtat: libre\n1st: no\n_x: no")
     assert [key for key, _, _ in taskgen.facts(doc)] == ["Столица", "Πληθυσμός", "État"]

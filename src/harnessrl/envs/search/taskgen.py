@@ -172,12 +172,16 @@ class RuleWriter:
     identity = "rule"  # part of a run's settings
 
     def __init__(self, docs: list[Doc]):
-        self.by_title = {normalise(d.title): d for d in docs if d.title}
+        titles = Counter(normalise(d.title) for d in docs if d.title)
+        self.shared = {t for t, n in titles.items() if n > 1}  # "Springfield" twice: which one a question means is open
+        self.by_title = {normalise(d.title): d for d in docs if d.title and normalise(d.title) not in self.shared}
 
     def write(self, seed: Doc, neighbours: list[Doc], hops: int, rng: random.Random) -> Draft | str:
         own = facts(seed)
         if not own or not seed.title:
             return "no_structured_facts"
+        if normalise(seed.title) in self.shared:  # another document of that title answers it otherwise
+            return "ambiguous_title"
         if hops == 1:
             key, value, line = rng.choice(own)
             return Draft(f"What is the {key.lower()} of {seed.title}?", value, [Quote(doc_id=seed.id, text=line)], 1)
