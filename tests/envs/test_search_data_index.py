@@ -57,13 +57,16 @@ def test_answers_match_keeps_numbers_apart_and_unicode_forms_together():
             ("1990\u20131995", "1990-1995"), ("1\u202f000\u202f000", "1,000,000"), ("O\u2019Brien", "O'Brien")]  # fmt: skip
     for given, gold in same:
         assert answers_match(given, gold), (given, gold)
+    for given, gold in (("C", "C++"), ("C#", "C"), ("F#", "F")):  # a language's mark is part of its name
+        assert not answers_match(given, gold), (given, gold)
+    assert answers_match("c++", "C++") and answers_match("C#.", "C#")
 
 
 def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tmp_path):
     corpus, tasks = dump_synthetic(tmp_path)
     lines = tasks.read_text().splitlines()
-    tasks.write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n")
-    with pytest.raises(DataError, match=r"task id '.+' in tasks 1 and 3: ids must be unique"):
+    tasks.write_text("\n".join([lines[0], "", lines[1], lines[0]]) + "\n")  # a blank line between: lines, not rows
+    with pytest.raises(DataError, match=r"task id '.+' on lines 1 and 4: ids must be unique"):
         load(corpus, tasks)
     tasks.write_text(json.dumps(dict(json.loads(lines[0]), answer="?")) + "\n")
     with pytest.raises(TraceLineError, match=r"line 1: answer: Value error, has no letter or digit"):

@@ -81,9 +81,7 @@ def test_rule_generator_keeps_verified_split_tasks_and_audit_agrees(tmp_path):
     docs = corpus.read_text().splitlines(keepends=True)
     corpus.write_text("".join(docs) + docs[1])  # a document twice: its quotes and splits would be ambiguous
     twice = cli(*command)
-    assert (
-        twice.exit_code == 2 and f"document id {_corpus()[1].id!r} in documents 2 and {len(docs) + 1}" in twice.stderr
-    )
+    assert twice.exit_code == 2 and f"document id {_corpus()[1].id!r} on lines 2 and {len(docs) + 1}" in twice.stderr
 
 
 def _scripted_generator() -> FastAPI:

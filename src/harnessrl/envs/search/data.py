@@ -94,22 +94,28 @@ def load_corpus(corpus: Path) -> list[Doc]:
     """The corpus's documents, or DataError naming a document id that two lines share."""
     docs = read_jsonl(corpus, Doc)
     seen: dict[str, int] = {}
-    for number, doc in enumerate(docs, start=1):
+    for number, doc in zip(_line_numbers(corpus), docs):
         if doc.id in seen:
             raise DataError(
-                f"{corpus}: document id {doc.id!r} in documents {seen[doc.id]} and {number}: ids must be unique"
+                f"{corpus}: document id {doc.id!r} on lines {seen[doc.id]} and {number}: ids must be unique"
             )
         seen[doc.id] = number
     return docs
+
+
+def _line_numbers(path: Path) -> list[int]:
+    """The line number of each row `read_jsonl` read (it skips blank lines)."""
+    with open(path, "rb") as f:
+        return [number for number, raw in enumerate(f, start=1) if raw.strip()]
 
 
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
     docs, items = load_corpus(corpus), read_jsonl(tasks, SearchTask)
     ids = {d.id for d in docs}
     lines: dict[str, int] = {}
-    for number, t in enumerate(items, start=1):  # evaluation pairs by task id; guidance finds demos by it
+    for number, t in zip(_line_numbers(tasks), items):  # evaluation pairs by task id; guidance finds demos by it
         if t.id in lines:
-            raise DataError(f"{tasks}: task id {t.id!r} in tasks {lines[t.id]} and {number}: ids must be unique")
+            raise DataError(f"{tasks}: task id {t.id!r} on lines {lines[t.id]} and {number}: ids must be unique")
         lines[t.id] = number
     for t in items:
         missing = [g for g in t.gold_doc_ids if g not in ids]
@@ -299,15 +305,22 @@ def dump_synthetic(folder: Path, seed: int = 0) -> tuple[Path, Path]:
 
 def normalise(text: str) -> str:
     """NFKC and case folded (full-width digits, a decomposed ü, ß as ss compare as their plain forms); a dash or
-    U+2212 read as "-"; punctuation made a space (Jean-Luc is Jean Luc) but for apostrophes, which join (O'Brien),
+    U+2212 read as "-"; punctuation made a space (Jean-Luc is Jean Luc) but for apostrophes, which join (O'Brien), a
+    + or # ending a word (C++ is not C),
     and the marks that make a number: its sign, its thousands separators (dropped: 1,000 and 1 000 are 1000) and a
     . / : - between digits (3.14, 1/2, 3:45, 2-3 are not 314, 12, 345, 23); whitespace runs made one space."""
     text = unicodedata.normalize("NFKC", text).casefold()
     text = "".join("-" if ch == "\u2212" or unicodedata.category(ch) == "Pd" else ch for ch in text)
     text = _THOUSANDS.sub(lambda m: re.sub("[, ]", "", m[0]), text)
     marks = {m.start() for m in _NUMBER_MARK.finditer(text)}
-    kept = (ch if _in_word(ch) or i in marks else "" if ch in "'\u2019" else " " for i, ch in enumerate(text))
+    kept = (ch if _in_word(ch) or i in marks or _language_mark(text, i) else "" if ch in "'\u2019" else " "
+            for i, ch in enumerate(text))  # fmt: skip
     return " ".join("".join(kept).split())
+
+
+def _language_mark(text: str, i: int) -> bool:
+    """A + or # that ends a word (C++, C#, F#): part of it, or "C" would match "C++"."""
+    return text[i] in "+#" and i > 0 and (_in_word(text[i - 1]) or text[i - 1] in "+#")
 
 
 def _in_word(ch: str) -> bool:
