@@ -97,6 +97,11 @@ def test_sandbox_prints_the_guard_line_last(tmp_path):
     assert "over the 2 MiB" in capped.stderr and (tmp_path / "made").is_file()  # older files stay
     small = run("--workspace", str(tmp_path), "--file-mb", "1", "--", sys.executable, "-c", write)
     assert small.returncode == 1 and (tmp_path / "big").stat().st_size <= 1 << 20
+    unended = run("--workspace", str(tmp_path), "--", "printf", "abc")  # output without a final newline
+    assert unended.stdout.splitlines()[0] == "abc" and json.loads(unended.stdout.splitlines()[-1])["exit_code"] == 0
+    for flag, value in (("--cpu-seconds", "-1"), ("--processes", "0"), ("--memory-mb", "-1"), ("--timeout", "nan")):
+        off = cli("sandbox", "--workspace", tmp_path, flag, value, "--", "true")  # turned its guard off, or ran nothing
+        assert off.exit_code == 2 and flag.removeprefix("--").split("-")[0] in off.stderr, (flag, off.stderr)
 
 
 def test_make_corpus_writes_both_files_and_never_overwrites_without_force(tmp_path):

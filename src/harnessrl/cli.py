@@ -514,9 +514,15 @@ def report(
     if registry is not None:
         if run is not None:
             _fail("--registry draws a registry's page: give no RUN folder with it")
+        from harnessrl.loop.registry import RegistryError
         from harnessrl.loop.report import write_registry_report
 
-        print(write_registry_report(_registry(registry).root, out))
+        if out is not None and out.suffix != ".html":  # as a run's page: never over a file that is not a page
+            _fail(f"--out {out}: an .html file")
+        try:
+            print(write_registry_report(_registry(registry).root, out))
+        except (RegistryError, OSError) as exc:
+            _fail(str(exc))
         return
     if run is None:
         _fail("give a RUN folder, or --registry DIR")
@@ -587,15 +593,17 @@ def sandbox(
 
     from harnessrl.envs.code import sandbox as box
 
-    limits = box.Limits(wall_seconds=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb, processes=processes,
-                        file_mb=file_mb, workspace_mb=workspace_mb)  # fmt: skip
     try:
+        limits = box.Limits(wall_seconds=timeout, cpu_seconds=cpu_seconds, memory_mb=memory_mb, processes=processes,
+                            file_mb=file_mb, workspace_mb=workspace_mb)  # fmt: skip
         result = box.run(command, workspace, limits)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         _error(exc)
         raise typer.Exit(2) from exc
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
+    if result.stdout and not result.stdout.endswith("\n"):  # the JSON stays a line of its own: the last
+        sys.stdout.write("\n")
     print(json.dumps(result.summary()))
     raise typer.Exit(0 if result.exit_code == 0 else 1)
 

@@ -197,6 +197,9 @@ async def test_audit_scores_answerability_with_a_judge():
         config = JudgeConfig(base_url=server.base_url + "/v1", retries=0, rubric=taskgen.ANSWERABLE)
         result = await taskgen.answerability(items, Judge(config))
     assert result == {"judged": 2, "judge_failures": 1, "answerable_share": 0.5}
+    unreachable = JudgeConfig(base_url="http://127.0.0.1:9/v1", retries=0, timeout=2, rubric=taskgen.ANSWERABLE)
+    nothing = await taskgen.answerability(items, Judge(unreachable))  # no share: it was 0.0, "none answerable"
+    assert nothing == {"judged": 0, "judge_failures": 3, "answerable_share": None}
 
 
 def test_rule_generator_chains_three_hops(tmp_path):

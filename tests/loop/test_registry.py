@@ -107,8 +107,11 @@ def test_a_version_json_cut_short_or_edited_by_hand_is_named(tmp_path):
     for read in (reg.versions, lambda: reg.info("v1")):
         with pytest.raises(RegistryError, match=r"versions/a@v1/version.json: version.json: Invalid JSON"):
             read()
-    done = cli("registry", tmp_path / "r")
-    assert done.exit_code != 0 and "version.json" in done.output and "Traceback" not in done.output
+    for args in (("registry", tmp_path / "r"), ("report", "--registry", tmp_path / "r")):
+        done = cli(*args)
+        assert done.exit_code == 2 and "version.json" in done.stderr, (args, done.output)
+    page = cli("report", "--registry", tmp_path / "r", "--out", tmp_path / "notes.txt")  # never over a non-page
+    assert page.exit_code == 2 and "an .html file" in page.stderr
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd's file through /proc")

@@ -23,7 +23,7 @@ class LoraConfig(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # lr inf skipped every step after the first
 
     # advantages
     advantage: AdvantageKind = Field(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import shutil
 import signal
@@ -54,6 +55,13 @@ class Limits:
     processes: int = 64
     file_mb: int = 64
     workspace_mb: int | None = None  # what the run may add, checked after it, the excess removed; None: unchecked
+
+    def __post_init__(self) -> None:  # a limit of 0 or below (or a NaN timeout) turned its guard off or ran nothing
+        if not (math.isfinite(self.wall_seconds) and self.wall_seconds > 0):
+            raise ValueError(f"timeout {self.wall_seconds}: a finite number of seconds above 0")
+        for name in ("cpu_seconds", "memory_mb", "processes", "file_mb", "workspace_mb"):
+            if (value := getattr(self, name)) is not None and value < 1:
+                raise ValueError(f"{name.replace('_', '-')} {value}: at least 1")
 
 
 @dataclass

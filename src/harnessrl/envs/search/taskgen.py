@@ -479,5 +479,6 @@ async def answerability(tasks: list[SearchTask], judge) -> dict:
     return {
         "judged": len(judged),
         "judge_failures": len(scores) - len(judged),
-        "answerable_share": round(sum(s >= 0.5 for s in judged) / max(len(judged), 1), 4),
+        # null where nothing was judged (an unreachable judge): no share, not 0 answerable
+        "answerable_share": round(sum(s >= 0.5 for s in judged) / len(judged), 4) if judged else None,
     }
