@@ -79,7 +79,7 @@ class Registry:
     @classmethod
     def create(cls, root: Path, name: str) -> Registry:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
-            raise RegistryError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+            raise RegistryError(f"the registry's name {name!r} (--create): letters, digits, '.', '_' and '-' only")
         root = Path(root)
         if (root / "registry.json").is_file():
             existing = cls(root)
