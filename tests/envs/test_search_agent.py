@@ -229,7 +229,9 @@ def test_the_experts_demonstrations_answer_within_the_agents_turns_and_only_from
     finally:
         policy.close()
     answered = [e for e in episodes if e.status == "finished"]
-    assert all(len(e.calls) <= e.outcome.info["turns"] <= 6 for e in answered) and answered[4:]  # some prose ones
+    limits = [3] * len(chains) + [6] * 12  # the agent's turns: 3 for the chains, 6 for the prose
+    assert all(len(e.calls) <= e.outcome.info["turns"] <= limit for e, limit in zip(episodes, limits) if e in answered)
+    assert any(e in answered for e in episodes[len(chains) :])  # some prose ones answer
     for e in answered:  # its answer is in a tool result of its own episode, as it stood when it answered
         context = normalise(" ".join(policy.decode(e.calls[-1].prompt_ids).split("<|im_start|>tool")[1:]))
         assert e.outcome.success and normalise(e.outcome.answer) in context, e.outcome.answer
@@ -283,4 +285,5 @@ def test_the_expert_reads_only_documents_its_results_showed(tmp_path):
     calls = [policy.decode(c.completion_ids) for c in episode.calls]
     shown = " ".join(policy.decode(c.prompt_ids) for c in episode.calls)
     assert not [c for c in calls if '"read_document"' in c and "[s11#0]" not in shown], calls
-    assert episode.status == "failed" and "gold documents unread: ['s11']" in episode.failure_reason
+    # the results decide (ten towns tie on BM25): s11 shown and read, or not and the demonstration failed
+    assert "[s11#0]" in shown or "gold documents unread: ['s11']" in episode.failure_reason

@@ -59,7 +59,7 @@ def test_answers_match_keeps_numbers_apart_and_unicode_forms_together():
         assert answers_match(given, gold), (given, gold)
     for given, gold in (("C", "C++"), ("C#", "C"), ("F#", "F")):  # a language's mark is part of its name
         assert not answers_match(given, gold), (given, gold)
-    assert answers_match("c++", "C++") and answers_match("C#.", "C#")
+    assert answers_match("c++", "C++") and answers_match("C#.", "C#") and answers_match("5+3", "5 3")
 
 
 def test_a_task_file_with_a_repeated_id_or_an_answer_of_no_letters_is_refused(tmp_path):

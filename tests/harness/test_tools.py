@@ -91,7 +91,7 @@ def test_schema_comes_from_signature_and_docstring():
 async def test_bad_calls_and_crashing_or_hanging_tools_become_observations():
     """The tool's own errors are its own: a sys.exit was a crashed process, a StopIteration a call hung to the timeout,
     its own timeout or validation error was blamed on the toolbox's timeout or on the model's arguments."""
-    box = Toolbox([lookup, explode, slow, parse, parse_later, first, fetch, reading], timeout=0.2)
+    box = Toolbox([lookup, explode, slow, parse, parse_later, first, fetch, reading], timeout=1.0)
     assert await box.call("lookup", '{"name": "Ada", "limit": 2}') == (json.dumps(["Ada", "Ada"]), True)
     assert await box.call("lookup", {"name": "Ada", "limit": "2"}) == (json.dumps(["Ada", "Ada"]), True)  # coerced
     cases = {
@@ -101,7 +101,7 @@ async def test_bad_calls_and_crashing_or_hanging_tools_become_observations():
         ("lookup", "[1, 2]"): "must be a JSON object",
         ("missing", "{}"): "unknown tool 'missing'",
         ("explode", '{"city": "Oslo"}'): "explode raised KeyError: 'Oslo'",
-        ("slow", '{"seconds": 5}'): "slow timed out after 0.2 s",
+        ("slow", '{"seconds": 5}'): "slow timed out after 1.0 s",
         ("parse", '{"flags": "--n x"}'): "parse raised RuntimeError: the tool called sys.exit(2)",
         ("parse_later", '{"flags": "--n x"}'): "parse_later raised RuntimeError: the tool called sys.exit(2)",
         ("first", '{"items": []}'): "first raised RuntimeError: StopIteration",

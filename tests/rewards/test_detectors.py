@@ -141,8 +141,9 @@ def test_test_tampering_reads_a_bare_string_as_one_item_and_null_as_none():
     assert d.test_tampering(ep(edited_files="tests/test_a.py")) == 1.0  # was read a character at a time: 0
     assert d.test_tampering(ep(commands="pytest || true")) == 1.0
     assert d.test_tampering(ep(edited_files=None, commands=None, diff="+    return a\n")) == 0.0  # was a TypeError
-    with pytest.raises(TypeError, match=r"outcome.info\['edited_files'\] is dict, not a list"):
-        d.test_tampering(ep(edited_files={"a.py": 1}))
+    assert d.test_tampering(ep(edited_files={"tests/test_a.py"})) == 1.0  # a set, as a harness may keep them
+    with pytest.raises(TypeError, match=r"outcome.info\['edited_files'\] is int, not a list"):
+        d.test_tampering(ep(edited_files=3))
 
 
 def test_a_misspelt_detector_weight_names_the_known_ones():

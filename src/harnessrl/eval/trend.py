@@ -65,6 +65,7 @@ def _harm_p(first: list[float], last: list[float], harm: int) -> float:
     observed = harm * (fmean(last) - fmean(first))
     splits = list(itertools.combinations(values, n))
     as_harmful = sum(
-        harm * (sum(chosen) / n - (total - sum(chosen)) / len(first)) >= observed - 1e-12 for chosen in splits
+        harm * (sum(chosen) / n - (total - sum(chosen)) / len(first)) >= observed - 1e-9 * max(1.0, abs(observed))
+        for chosen in splits
     )
     return as_harmful / len(splits)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import random
 import resource
 import time
@@ -156,7 +157,7 @@ class _CodeJob(main._Job):
             raise ValueError(f"{folder}: the tasks need both splits: {len(train)} train, {len(test)} test")
         write_atomic(out / "tasks.json", json.dumps({"folder": str(folder), "stats": stats}, indent=1))
         limits = sandbox.Limits(
-            wall_seconds=code.test_seconds, cpu_seconds=int(code.test_seconds), workspace_mb=sandbox.WORKSPACE_MB
+            wall_seconds=code.test_seconds, cpu_seconds=math.ceil(code.test_seconds), workspace_mb=sandbox.WORKSPACE_MB
         )
         self.agent = CodingAgent(code.max_turns, code.max_tokens, 1.0, code.summarise_at, code.summary_tokens, limits)
         self.policy = Policy.load(config.model, seed=config.seed, tool_format=config.tool_format)

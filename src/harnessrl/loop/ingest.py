@@ -109,7 +109,8 @@ def _parse(raw: bytes) -> tuple[Trace | None, str]:
 
 def _task(trace_id: str, trace: Trace) -> Task:
     messages = trace.messages  # the conversation up to its last assistant turn, and that turn (a user's "thanks" after)
-    last_reply = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
+    asked = next(i for i, m in enumerate(messages) if m.role == "user")  # a greeting before it answers nothing
+    last_reply = next((i for i in range(len(messages) - 1, asked, -1) if messages[i].role == "assistant"), None)
     context = messages[:last_reply] if last_reply is not None else messages
     first_user = next(m for m in messages if m.role == "user")
     return Task(

@@ -164,9 +164,10 @@ def _items(info: dict, key: str) -> list:
     value = info.get(key)
     if isinstance(value, str):
         return [value]
-    if not isinstance(value, list | tuple | type(None)):
-        raise TypeError(f"outcome.info[{key!r}] is {type(value).__name__}, not a list")
-    return list(value or [])
+    try:
+        return list(value or [])  # a list, a tuple, a set
+    except TypeError:
+        raise TypeError(f"outcome.info[{key!r}] is {type(value).__name__}, not a list") from None
 
 
 def _config_pytest(diff: str) -> bool:

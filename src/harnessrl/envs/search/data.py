@@ -105,8 +105,9 @@ def load_corpus(corpus: Path) -> list[Doc]:
 
 def _line_numbers(path: Path) -> list[int]:
     """The line number of each row `read_jsonl` read (it skips blank lines)."""
-    with open(path, "rb") as f:
-        return [number for number, raw in enumerate(f, start=1) if raw.strip()]
+    with open(path, "rb") as f:  # decoded as it does, so a BOM or a line of no-break spaces is blank here too
+        lines = (raw.decode("utf-8-sig" if n == 1 else "utf-8", "replace") for n, raw in enumerate(f, start=1))
+        return [number for number, line in enumerate(lines, start=1) if line.strip()]
 
 
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
@@ -319,8 +320,16 @@ def normalise(text: str) -> str:
 
 
 def _language_mark(text: str, i: int) -> bool:
-    """A + or # that ends a word (C++, C#, F#): part of it, or "C" would match "C++"."""
-    return text[i] in "+#" and i > 0 and (_in_word(text[i - 1]) or text[i - 1] in "+#")
+    """A + or # in a run of them after a letter that ends the word (C++, C#, F#): part of it, or "C" would match
+    "C++"; not 5+3 or a+b, which read as 5 3 and a b as before."""
+    if text[i] not in "+#":
+        return False
+    start, end = i, i
+    while start > 0 and text[start - 1] in "+#":
+        start -= 1
+    while end < len(text) and text[end] in "+#":
+        end += 1
+    return start > 0 and text[start - 1].isalpha() and (end == len(text) or not _in_word(text[end]))
 
 
 def _in_word(ch: str) -> bool:

@@ -4,8 +4,9 @@ It knows each task's gold documents and answer, but acts only on what its contex
 a model can learn to imitate it: search with the question; for each gold document not yet in
 context, search for its title (or opening words) — the bridge entity a multi-hop question leads
 to — and read the document when only part of it was shown; prune chunks it does not need once
-past half the budget, and everything in context before another search or read at the budget (the agent's tools
-refuse them there: the hops it has made are in its own calls); answer, by the agent's last turn (`max_turns`) at the
+past half the budget, and, once its context has reached the budget (where the agent's tools refuse a search or a
+read), everything but the chunks holding the answer and the document naming the next hop before its next search or
+read; answer, by the agent's last turn (`max_turns`) at the
 latest: a step that would take it is left out, as the agent could not answer after it. An answer that is not in its
 context then (the budget or the turns left a gold document unread) fails the demonstration, which SFT leaves out:
 the agent could not have given it. Imperfections: it sometimes reads a distractor from the results,
@@ -43,19 +44,22 @@ class SearchExpert:
         index = self.agent.index
         gold = list(task.data.get("gold_doc_ids", []))
 
+        answer = normalise(task.data.get("answer", ""))
+        hop: list[str] = []  # the gold document that names the one being looked for (kept: the search reads it)
+
         def room() -> list[str]:
-            """What to prune at the budget: everything in context but the last gold document's chunks (the answer's;
-            the hops before it are made: their titles are in its own calls)."""
-            last = gold[-1] if gold else None
-            return [c for c in run.shown if c not in run.pruned and index.by_id[c].doc_id != last]
+            """What to prune at the budget: everything in context but what the next steps need, the chunks holding
+            the answer and the document that names the next hop (the hops before it are made)."""
+            return [c for c in run.shown if c not in run.pruned and index.by_id[c].doc_id not in hop
+                    and f" {answer} " not in f" {normalise(index.by_id[c].text)} "]  # fmt: skip
 
         async def do(name: str, **arguments) -> None:
             if name != "answer" and run.turns >= self.agent.max_turns - 1:  # the last turn the agent has answers
                 return
-            if name not in ("answer", "prune_chunks") and run.used >= self.agent.budget and (everything := room()):
-                await do("prune_chunks", chunk_ids=everything)  # a search or read would be refused: make room first
-                if run.turns >= self.agent.max_turns - 1:
+            if name not in ("answer", "prune_chunks") and run.used >= self.agent.budget:  # it would be refused
+                if run.turns >= self.agent.max_turns - 2 or not (everything := room()):  # no turn for both
                     return
+                await do("prune_chunks", chunk_ids=everything)
             reply = {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"call_{run.turns}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}  # fmt: skip
             body = {"messages": run.messages, "tools": run.tools.schemas, "reply": reply}
@@ -73,7 +77,8 @@ class SearchExpert:
         distractors = [d for d in run.seen_docs if d not in gold]
         if distractors and rng.random() < self.p_distractor:
             await do("read_document", doc_id=distractors[0])
-        for doc_id in gold:
+        for previous, doc_id in zip([None, *gold], gold):
+            hop[:] = [previous] if previous else []
             if not unseen(doc_id):
                 continue
             if doc_id not in run.seen_docs:
@@ -88,11 +93,10 @@ class SearchExpert:
             cited.pop(rng.randrange(len(cited)))
         if distractors and rng.random() < self.p_extra_doc:
             cited.append(distractors[0])
-        answer = task.data.get("answer", "")
         context = normalise(" ".join(m["content"] for m in run.messages if m["role"] == "tool"))
-        if f" {normalise(answer)} " not in f" {context} ":  # a gold document left unread: not a demonstration
+        if f" {answer} " not in f" {context} ":  # a gold document left unread: not a demonstration
             unread = [d for d in gold if d not in run.seen_docs]
-            raise RuntimeError(f"the answer {answer!r} is not in the expert's context (gold documents unread: {unread}; "
-                               f"context {run.used} of {self.agent.budget} tokens, {run.turns} of {self.agent.max_turns} turns)")  # fmt: skip
-        await do("answer", text=answer, doc_ids=cited)
+            raise RuntimeError(f"the answer {task.data.get('answer', '')!r} is not in the expert's context (gold documents "
+                               f"unread: {unread}; context {run.used} of {self.agent.budget} tokens, {run.turns} of {self.agent.max_turns} turns)")  # fmt: skip
+        await do("answer", text=task.data.get("answer", ""), doc_ids=cited)
         return run.outcome()
