@@ -166,6 +166,11 @@ M = TypeVar("M", bound=BaseModel)
 
 def read_jsonl(path: Path, model: type[M]) -> list[M]:
     """Every non-blank line of a JSONL file as `model`, or TraceLineError at the first bad line."""
+    return [row for _, row in read_jsonl_numbered(path, model)]
+
+
+def read_jsonl_numbered(path: Path, model: type[M]) -> list[tuple[int, M]]:
+    """`read_jsonl` with each row's line number (blank lines are skipped, so rows and lines differ)."""
     rows = []
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -176,7 +181,7 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
             if not line.strip():
                 continue
             try:
-                rows.append(model.model_validate_json(line))
+                rows.append((number, model.model_validate_json(line)))
             except ValidationError as exc:
                 raise line_error(path, number, exc) from None
     if not rows:

@@ -99,7 +99,11 @@ async def _no_exit(coroutine):
     try:
         return await coroutine
     except SystemExit as exc:
-        raise RuntimeError(f"the tool called sys.exit({exc.code!r})") from None
+        raise _exited(exc) from None
+
+
+def _exited(exc: SystemExit) -> RuntimeError:
+    return RuntimeError(f"the tool called sys.exit({exc.code!r})")
 
 
 def _in_thread(fn: Callable, *args) -> asyncio.Future:
@@ -119,7 +123,7 @@ def _in_thread(fn: Callable, *args) -> asyncio.Future:
         try:
             outcome = (context.run(fn, *args), None)
         except SystemExit as exc:  # argparse on arguments it refuses: the tool's error, not the process's end
-            outcome = (None, RuntimeError(f"the tool called sys.exit({exc.code!r})"))
+            outcome = (None, _exited(exc))
         except StopIteration as exc:  # a future cannot hold it (TypeError): it would never settle
             outcome = (None, RuntimeError(f"StopIteration: {exc}"))
         except BaseException as exc:  # the tool's own error: the caller's observation

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harnessrl.types import Task, read_jsonl
+from harnessrl.types import Task, read_jsonl, read_jsonl_numbered  # noqa: F401 (read_jsonl: imported from here)
 
 
 class Doc(BaseModel):
@@ -92,29 +92,23 @@ class DataError(ValueError):
 
 def load_corpus(corpus: Path) -> list[Doc]:
     """The corpus's documents, or DataError naming a document id that two lines share."""
-    docs = read_jsonl(corpus, Doc)
+    numbered = read_jsonl_numbered(corpus, Doc)
     seen: dict[str, int] = {}
-    for number, doc in zip(_line_numbers(corpus), docs):
+    for number, doc in numbered:
         if doc.id in seen:
             raise DataError(
                 f"{corpus}: document id {doc.id!r} on lines {seen[doc.id]} and {number}: ids must be unique"
             )
         seen[doc.id] = number
-    return docs
-
-
-def _line_numbers(path: Path) -> list[int]:
-    """The line number of each row `read_jsonl` read (it skips blank lines)."""
-    with open(path, "rb") as f:  # decoded as it does, so a BOM or a line of no-break spaces is blank here too
-        lines = (raw.decode("utf-8-sig" if n == 1 else "utf-8", "replace") for n, raw in enumerate(f, start=1))
-        return [number for number, line in enumerate(lines, start=1) if line.strip()]
+    return [doc for _, doc in numbered]
 
 
 def load(corpus: Path, tasks: Path) -> tuple[list[Doc], list[SearchTask]]:
-    docs, items = load_corpus(corpus), read_jsonl(tasks, SearchTask)
+    docs, numbered = load_corpus(corpus), read_jsonl_numbered(tasks, SearchTask)
+    items = [t for _, t in numbered]
     ids = {d.id for d in docs}
     lines: dict[str, int] = {}
-    for number, t in zip(_line_numbers(tasks), items):  # evaluation pairs by task id; guidance finds demos by it
+    for number, t in numbered:  # evaluation pairs by task id; guidance finds demos by it
         if t.id in lines:
             raise DataError(f"{tasks}: task id {t.id!r} on lines {lines[t.id]} and {number}: ids must be unique")
         lines[t.id] = number

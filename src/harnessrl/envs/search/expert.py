@@ -44,7 +44,8 @@ class SearchExpert:
         index = self.agent.index
         gold = list(task.data.get("gold_doc_ids", []))
 
-        answer = normalise(task.data.get("answer", ""))
+        expected = task.data.get("answer", "")
+        answer = normalise(expected)
         hop: list[str] = []  # the gold document that names the one being looked for (kept: the search reads it)
 
         def room() -> list[str]:
@@ -96,7 +97,7 @@ class SearchExpert:
         context = normalise(" ".join(m["content"] for m in run.messages if m["role"] == "tool"))
         if f" {answer} " not in f" {context} ":  # a gold document left unread: not a demonstration
             unread = [d for d in gold if d not in run.seen_docs]
-            raise RuntimeError(f"the answer {task.data.get('answer', '')!r} is not in the expert's context (gold documents "
+            raise RuntimeError(f"the answer {expected!r} is not in the expert's context (gold documents "
                                f"unread: {unread}; context {run.used} of {self.agent.budget} tokens, {run.turns} of {self.agent.max_turns} turns)")  # fmt: skip
-        await do("answer", text=task.data.get("answer", ""), doc_ids=cited)
+        await do("answer", text=expected, doc_ids=cited)
         return run.outcome()
