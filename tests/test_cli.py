@@ -1,6 +1,7 @@
 """End to end, as a new user would: `harnessrl serve` in one process, an agent in another."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -131,6 +132,32 @@ def test_make_corpus_writes_the_main_jobs_corpus_with_its_people(tmp_path):
     assert [d["id"] for d in written] == [d.id for d in docs] and "256 train / 84 test" in done.output
     other = cli("make-corpus", tmp_path / "q", "--generator", "voyages", "--people", "10")
     assert other.exit_code == 2 and "--people: the voyages generator has no people" in other.stderr
+
+
+def test_serve_on_port_0_prints_the_port_it_got(tmp_path):
+    """It printed port 0 (the one asked for), so a user could not find the gateway."""
+    log = tmp_path / "serve.log"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "harnessrl", "serve", "--model", "tiny", "--port", "0", "--admin-key", "cli-admin-key"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "serving " not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        port = int(log.read_text().split("serving tiny on http://127.0.0.1:")[1].split("/")[0])
+        assert port > 0, log.read_text()
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_serve_refuses_counts_ports_and_log_levels_it_cannot_use_before_loading_a_model():

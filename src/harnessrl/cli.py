@@ -146,11 +146,14 @@ def serve(
         session_ttl=session_ttl,
         background=background,
     )
+    config = uvicorn.Config(gateway, host=host, port=port, log_level=log_level)
+    sock = config.bind_socket()  # bound here so that with --port 0 the line below names the port it got
+    port = sock.getsockname()[1]
     console.print(f"serving {policy.name} on http://{host}:{port}/v1 (policy_version {policy.version})")
     for name in frozen_models:
         console.print(f"  frozen {name}: requests with model {name!r}, recorded untrainable")
     try:
-        uvicorn.run(gateway, host=host, port=port, log_level=log_level)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         gateway.state.serving.policy.close()
         if recorder is not None:
