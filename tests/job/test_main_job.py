@@ -257,7 +257,9 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     assert done.exit_code == 2 and "data.corpus and data.tasks go together" in done.stderr, done.output
     assert not (tmp_path / "r").exists()
     for bad, field in [({"sft": {"batch_episodes": 0}}, "sft.batch_episodes"), ({"sft": {"lr": 0}}, "sft.lr"),
-                       ({"eval_tasks": -5}, "eval_tasks"), ({"seed": 1, "rl": {"train": {"seed": 2}}}, "rl.train.seed")]:  # fmt: skip
+                       ({"eval_tasks": -5}, "eval_tasks"), ({"seed": 1, "rl": {"train": {"seed": 2}}}, "rl.train.seed"),
+                       ({"rl": {"updates": 3, "train": {"schedule": "cosine", "warmup_steps": 5}}}, "rl.train.warmup_steps"),
+                       ({"rl": {"train": {"betas": [0.9, 1.5]}}}, "rl.train.betas")]:  # fmt: skip
         with pytest.raises(ValidationError, match=field):  # at load, not after the demonstrations
             JobConfig.model_validate(bad)
     assert JobConfig.model_validate({"seed": 3}).rl.train.seed == 3  # the job's seed seeds its trainers

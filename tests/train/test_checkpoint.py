@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-from harnessrl.train.checkpoint import latest_checkpoint, load_state
+from harnessrl.train.checkpoint import latest_checkpoint, load_state, save_checkpoint
 
 KILLED_WHILE_REPLACING = textwrap.dedent("""
     import os, sys
@@ -32,8 +32,12 @@ def test_a_kill_between_moving_the_old_folder_and_renaming_the_new_one_leaves_a_
     run = subprocess.run([sys.executable, "-c", KILLED_WHILE_REPLACING, str(root)], capture_output=True, text=True)
     assert run.returncode == 9, run.stderr
     assert (root / "latest").read_text() == "step-000002" and not (root / "step-000002").exists()
-    found = latest_checkpoint(root)  # `latest` names a folder that is not there: the newest complete one instead
-    assert found == root / "step-000001" and load_state(found) == {"updates": 1}
+    # `latest` names a folder that is not there: the newest complete one instead, the step-2 moved aside (it fell
+    # back to step 1 and, with no step 1 kept, to none: the run started over)
+    found = latest_checkpoint(root)
+    assert found == root / ".step-000002.old" and load_state(found) == {"updates": 2}
+    save_checkpoint(root, 2, lambda folder: (folder / "model.safetensors").write_text("w"), {"updates": 2})
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000001", "step-000002"]
 
 
 def test_latest_names_the_newest_and_old_ones_are_pruned(tmp_path):

@@ -3,10 +3,14 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
+import textwrap
 from functools import partial
 
 import pytest
 import torch
+from pydantic import ValidationError
 from transformers import AutoModelForCausalLM
 
 from harnessrl.policy import Policy
@@ -473,6 +477,39 @@ def test_forget_after_keeps_the_steps_up_to_a_checkpoint_and_no_empty_log(fresh_
     log.write_text('{"step": 1}\n{"step": 2}\n{"step": 2, "perf/skipped_update": 1}\n')
     trainer.forget_after(2, lines=2)
     assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+FORGET_ON_A_FULL_DISK = textwrap.dedent("""
+    import resource, signal, sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    from harnessrl.train.trainer import Trainer
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the disk fills while the log is rewritten
+    try:
+        Trainer.forget_after(SimpleNamespace(run_dir=Path(sys.argv[1])), 150)
+    except OSError:
+        sys.exit(27)
+""")
+
+
+def test_forget_after_on_a_full_disk_keeps_the_log_it_had(tmp_path):
+    """It rewrote metrics.jsonl in place: a kill or a full disk while it wrote cost the run its history."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(f'{{"step": {step}, "loss/sft": 0.123456789}}\n' for step in range(1, 201)))
+    run = subprocess.run([sys.executable, "-c", FORGET_ON_A_FULL_DISK, str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 27, run.stderr
+    assert len(log.read_text().splitlines()) == 200
+
+
+def test_adam_betas_and_a_warmup_past_the_schedule_are_refused_naming_the_fields():
+    for bad in [(0.9, 1.5), (-1.0, 0.999)]:
+        with pytest.raises(ValidationError, match="betas"):
+            TrainConfig(betas=bad)
+    with pytest.raises(ValidationError, match=r"warmup_steps \(50\) must be below total_steps \(40\)"):
+        TrainConfig(schedule="cosine", warmup_steps=50, total_steps=40)
+    TrainConfig(schedule="constant", warmup_steps=50, total_steps=40)  # no decay: the warm-up only
 
 
 def test_a_group_with_a_non_finite_reward_is_left_out_whatever_its_order(fresh_policy):

@@ -344,6 +344,11 @@ class JobConfig(_Strict):
         train = self.rl.train
         if train.schedule != "constant" and train.total_steps is None:
             train.total_steps = self.rl.updates
+            if train.warmup_steps >= train.total_steps:
+                raise ValueError(
+                    f"rl.train.warmup_steps ({train.warmup_steps}) must be below rl.updates ({self.rl.updates}) with "
+                    f"rl.train.schedule {train.schedule}: the rate would never reach its peak nor decay"
+                )
         return self
 
     @model_validator(mode="after")

@@ -375,7 +375,7 @@ class _Job:
             name_weight=cfg.name_weight,
             schedule=cfg.schedule,
             total_steps=steps,
-            warmup_steps=min(5, cfg.steps // 10),
+            warmup_steps=min(5, cfg.steps // 10, steps - 1),  # a budget fitted to a few steps still decays
             precision=cfg.precision,
             lora=self.lora,
             seed=self.config.seed,

@@ -9,7 +9,7 @@ The number is the caller's counter (the optimizer step, or the RL job's update c
 is written to a hidden temporary folder and renamed into place, and `latest` is replaced atomically
 after it. A folder of the same number is moved aside, not deleted, until the new one is in place; and
 when `latest` names a folder that is missing or incomplete (a crash in between), `latest_checkpoint`
-falls back to the newest complete one. So a crash at any moment leaves a checkpoint to resume from.
+falls back to the newest complete one (one moved aside included). So a crash at any moment leaves a checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -55,9 +55,15 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def _complete(root: Path) -> list[Path]:
-    """Checkpoint folders with their trainer state, oldest first (by number: step-1000000 follows step-999999)."""
-    found = [p for p in root.glob("step-*") if p.name.removeprefix("step-").isdigit() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name.removeprefix("step-")))
+    """Checkpoint folders with their trainer state, oldest first (by number: step-1000000 follows step-999999). A
+    folder moved aside stands in for its number while the number's own folder is missing (a crash before its
+    successor was renamed into place); read only here, so a reader beside the writer changes nothing."""
+    found = {}
+    for path in [*root.glob(".step-*.old"), *root.glob("step-*")]:  # a number's own folder last: it wins
+        number = path.name.removeprefix(".").removesuffix(".old").removeprefix("step-")
+        if number.isdigit() and (path / STATE_FILE).is_file():
+            found[int(number)] = path
+    return [found[n] for n in sorted(found)]
 
 
 def load_state(path: Path, map_location: str | None = None) -> dict[str, Any]:

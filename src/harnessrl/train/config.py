@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -100,7 +100,9 @@ class TrainConfig(BaseModel):
     )
     lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        default=(0.9, 0.999), description="AdamW's (beta1, beta2), each in [0, 1)"
+    )
     grad_clip: float | None = Field(default=1.0, gt=0, description="max global grad norm; None disables")
     schedule: Literal["constant", "linear", "cosine", "wsd"] = Field(
         default="constant",
@@ -143,6 +145,15 @@ class TrainConfig(BaseModel):
         if isinstance(data, dict) and "bf16" in data:
             raise ValueError("bf16 is now precision: auto (bf16 where the CPU has it natively), bf16 or fp32")
         return data
+
+    @model_validator(mode="after")
+    def _warmup_within_total(self) -> TrainConfig:
+        if self.schedule != "constant" and self.total_steps is not None and self.warmup_steps >= self.total_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be below total_steps ({self.total_steps}) with schedule "
+                f"{self.schedule}: the rate would never reach its peak nor decay"
+            )
+        return self
 
     @model_validator(mode="after")
     def _kl_needs_both(self) -> TrainConfig:

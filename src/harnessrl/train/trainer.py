@@ -34,7 +34,7 @@ from harnessrl.policy.toolformat import name_tokens
 from harnessrl.train import losses, precision
 from harnessrl.train.advantages import is_degenerate
 from harnessrl.train.batches import MicroBatch, micro_batch, micro_batches, prompt_length, tail_logprobs
-from harnessrl.train.checkpoint import load_state, save_checkpoint
+from harnessrl.train.checkpoint import load_state, save_checkpoint, write_atomic
 from harnessrl.train.config import TrainConfig
 from harnessrl.train.credit import credited_sequences
 from harnessrl.train.loggers import MetricLoggers
@@ -407,7 +407,7 @@ class Trainer:
             except json.JSONDecodeError:
                 pass
         if kept:
-            path.write_text("".join(kept))
+            write_atomic(path, "".join(kept))  # a kill or full disk here must not cost the run its history
         else:  # nothing logged yet: no file, as before the first step (an empty one reads as a broken log)
             path.unlink()
 
