@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harnessrl.calltree import CallTreeError, critical_steps, depth, lineages
+from harnessrl.calltree import CallTreeError, critical_steps, depth, lineages, stage_steps
 from harnessrl.types import Call
 
 
@@ -36,6 +36,19 @@ def test_parallel_sub_agents_count_once():
     calls.append(call())
     assert len(calls) == 14
     assert critical_steps(calls) == 5
+
+
+def test_sub_agents_past_the_parallel_limit_wait_for_a_slot():
+    """Runs past `max_parallel` wait for a slot: the stage counted as if all ran at once undercounted the path."""
+    calls = [call()]  # orchestrator call 0 spawns 4 sub-agents of 3 steps each, then answers
+    for _ in range(3):
+        calls += [call(f"s{k}/1", 0) for k in range(4)]
+    calls.append(call())
+    assert critical_steps(calls, parallel=2) == 1 + 6 + 1  # two at a time: two rounds of 3
+    assert critical_steps(calls, parallel=4) == critical_steps(calls) == 1 + 3 + 1
+    assert stage_steps([3, 1, 1, 1], 2) == 3  # the short ones share the other slot
+    assert stage_steps([1, 1, 1, 3], 2) == 4  # the long one starts last, after a short one
+    assert stage_steps([], 2) == 0
 
 
 def test_unequal_parallel_takes_the_longest():

@@ -8,6 +8,10 @@ shortens the episode:
 
     critical(L) = sum over calls c of L of (1 + max over lineages K spawned by c of critical(K))
 
+With at most `parallel` sub-agents running at once (the swarm's `max_parallel`; the rest wait for a slot), a
+step's spawned lineages take the first free slot in the order they started, and the stage costs 1 + the
+longest slot's sum (`stage_steps`): six runs of 3 steps on 2 slots cost 9 steps, not 3.
+
 and an episode's critical steps are the sum over its root lineages (run one after another). A pure
 function of the recorded calls: no declared stages, nothing about models or HTTP.
 """
@@ -66,15 +70,28 @@ def children(tree: list[Lineage]) -> dict[int, list[Lineage]]:
     return out
 
 
-def critical_steps(calls: Sequence[Call]) -> int:
-    """Steps on the critical path (see the module docstring); equals len(calls) when nothing runs in parallel."""
+def critical_steps(calls: Sequence[Call], parallel: int | None = None) -> int:
+    """Steps on the critical path (see the module docstring), `parallel` sub-agents at once at most (None: all of a
+    step's); equals len(calls) when nothing runs in parallel."""
     tree = lineages(calls)
     spawned = children(tree)
     cost: dict[str, int] = {}
     # a child's first call comes after its parent call, so children are done before their parents
     for lineage in sorted(tree, key=lambda t: t.calls[0], reverse=True):
-        cost[lineage.name] = sum(1 + max((cost[k.name] for k in spawned.get(c, [])), default=0) for c in lineage.calls)
+        cost[lineage.name] = sum(
+            1 + stage_steps([cost[k.name] for k in sorted(spawned.get(c, []), key=lambda k: k.calls[0])], parallel)
+            for c in lineage.calls
+        )
     return sum(cost[t.name] for t in tree if t.parent_call is None)
+
+
+def stage_steps(runs: Sequence[int], parallel: int | None = None) -> int:
+    """Steps until every run of a stage is done: `runs` (each run's steps, in the order they started) on `parallel`
+    slots (None: one each), each run taking the first slot to come free."""
+    slots = [0] * min(len(runs), parallel or len(runs))
+    for steps in runs:
+        slots[slots.index(min(slots))] += steps
+    return max(slots, default=0)
 
 
 def depth(tree: list[Lineage], lineage: Lineage) -> int:

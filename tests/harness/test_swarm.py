@@ -142,7 +142,8 @@ async def test_max_parallel_holds_across_the_tool_calls_of_a_reply(swarm_gateway
              call("assign_tasks", assignments=both)]  # fmt: skip
     outputs = await swarm.execute(await demonstrate(llm, messages, swarm.schemas, reply))
     assert peak == 2 and not any(m["content"].startswith("error") for m in outputs)
-    assert [r.finished for r in swarm.runs] == [True] * 5
+    assert [r.finished for r in swarm.runs] == [True] * 5 and [r.steps for r in swarm.runs] == [1] * 5
+    assert swarm.critical_steps == 1 + 3  # five one-step runs on two slots: three rounds (it counted 1 + 1)
 
 
 async def test_a_call_that_did_not_return_is_not_a_step(swarm_gateway):

@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import warnings
 from collections import Counter
@@ -259,7 +260,11 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     for bad, field in [({"sft": {"batch_episodes": 0}}, "sft.batch_episodes"), ({"sft": {"lr": 0}}, "sft.lr"),
                        ({"eval_tasks": -5}, "eval_tasks"), ({"seed": 1, "rl": {"train": {"seed": 2}}}, "rl.train.seed"),
                        ({"rl": {"updates": 3, "train": {"schedule": "cosine", "warmup_steps": 5}}}, "rl.train.warmup_steps"),
-                       ({"rl": {"train": {"betas": [0.9, 1.5]}}}, "rl.train.betas")]:  # fmt: skip
+                       ({"rl": {"train": {"betas": [0.9, 1.5]}}}, "rl.train.betas"), ({"sft": {"lr": math.inf}}, "sft.lr"),
+                       ({"budget_seconds": math.inf}, "budget_seconds"), ({"reward": {"f_beta": math.nan}}, "reward.f_beta"),
+                       ({"rl": {"rollout": {"failure_reward": math.nan}}}, "rl.rollout.failure_reward"),
+                       ({"swarm": {"subagent_temperature": 3.0}}, "swarm.subagent_temperature"),
+                       ({"swarm": {"orchestrator_temperature": 3.0}}, "swarm.orchestrator_temperature")]:  # fmt: skip
         with pytest.raises(ValidationError, match=field):  # at load, not after the demonstrations
             JobConfig.model_validate(bad)
     assert JobConfig.model_validate({"seed": 3}).rl.train.seed == 3  # the job's seed seeds its trainers
@@ -571,6 +576,68 @@ def test_resume_keeps_finished_phases_and_continues_sft_and_rl_from_checkpoints(
         and "differs in rl.updates, sft.schedule, sft.steps" in other.stderr
         and "--resume" in other.stderr
     )
+
+
+KILLED_AT_A_SAVE = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from harnessrl.job import main
+    from harnessrl.job.config import JobConfig
+    from harnessrl.train import Trainer
+
+    saved = Trainer.save
+
+    def save(self, directory, *args, **kwargs):  # killed before it writes checkpoint argv[4] of folder argv[3]
+        if directory.parent.name == sys.argv[3] and kwargs.get("number", self.step) == int(sys.argv[4]):
+            os._exit(9)
+        return saved(self, directory, *args, **kwargs)
+
+    Trainer.save = save
+    main.run(JobConfig.load(Path(sys.argv[1])), Path(sys.argv[2]), progress=False)
+""")
+
+
+def _killed_then_resumed(config: Path, out: Path, folder: str, number: int) -> None:
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_A_SAVE, config, out, folder, str(number)],
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", "--resume", str(out)], capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_resumed_sft_trains_as_the_run_that_went_on(tmp_path):
+    """Its batches were drawn from a generator seeded with the step it resumed at: other batches than the run that
+    was not stopped would have drawn."""
+    config = yaml.safe_load(MINIMAL)
+    config["sft"] |= {"steps": 4, "save_every": 2, "batch_episodes": 2}
+    config["rl"]["updates"], config["budget_seconds"] = 0, None
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    whole = subprocess.run([sys.executable, "-m", "harnessrl", "train", tmp_path / "job.yaml", "--out", tmp_path / "a"],
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    _killed_then_resumed(tmp_path / "job.yaml", tmp_path / "b", "sft", 4)  # resumed from step 2
+    weights = [load_file(tmp_path / run / "sft" / "checkpoints" / "step-000004" / "model.safetensors") for run in "ab"]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_a_resumed_run_validates_and_chooses_only_weights_of_updates_it_kept(tmp_path):
+    """Validation ran before the checkpoint: killed at a save, the resumed run redid the updates after its last
+    checkpoint but kept their validation records and best/, weights of updates no checkpoint held."""
+    config = yaml.safe_load(MINIMAL)
+    config["rl"] |= {"updates": 3, "save_every": 3, "validation_p": 1.0}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "run"
+    _killed_then_resumed(tmp_path / "job.yaml", out, "run", 3)
+    validated = [json.loads(x)["update"] for x in (out / "validation.jsonl").read_text().splitlines()]
+    assert validated == [0, 1, 2, 3]
+    for update in validated[1:]:  # each validated update is a checkpoint of this run's lineage
+        assert (out / "checkpoints" / f"step-{update:06d}" / "model.safetensors").is_file()
+    chosen = json.loads((out / "best" / "chosen.json").read_text())["update"]
+    if chosen:
+        best = load_file(out / "best" / "model.safetensors")
+        kept = load_file(out / "checkpoints" / f"step-{chosen:06d}" / "model.safetensors")
+        assert all(torch.equal(best[k], kept[k]) for k in best)
 
 
 def test_a_mistyped_model_or_tool_format_fails_before_the_run_folder_holds_a_config(tmp_path):

@@ -14,6 +14,7 @@ from harnessrl.job.config import JobConfig
 from harnessrl.job.swarm import _SwarmJob, search_config
 from harnessrl.types import Call, Episode
 from tests.conftest import cli
+from tests.job.test_main_job import KILLED_AT_A_SAVE
 
 MINIMAL = """
 model: tiny
@@ -39,13 +40,17 @@ def test_the_swarm_job_trains_its_sub_agent_first_then_the_orchestrator(tmp_path
     (tmp_path / "search.yaml").write_text(
         yaml.safe_dump({k: v for k, v in yaml.safe_load(MINIMAL).items() if k != "swarm"})
     )
+    # the search job stopped at its first RL checkpoint, its best/ already written (update 0 validated): finished first
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_A_SAVE, tmp_path / "search.yaml", tmp_path / "search",
+                             "search", "1"], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert killed.returncode == 9 and (tmp_path / "search" / "best" / "config.json").is_file(), killed.stderr[-3000:]
     out = tmp_path / "run"
     train = [sys.executable, "-m", "harnessrl", "train"]
     done = subprocess.run(
         [*train, str(tmp_path / "swarm.yaml"), "--out", str(out)], capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "search" / "best" / "config.json").is_file()  # the search main job ran first, with its config
+    assert (tmp_path / "search" / "summary.json").is_file()  # the search main job ran to its end first, with its config
     search = yaml.safe_load((tmp_path / "search" / "config.yaml").read_text())
     assert search["swarm"] is None and search["sft"]["steps"] == 1 and search["rl"]["updates"] == 1
     summary = json.loads(done.stdout.strip().splitlines()[-1])

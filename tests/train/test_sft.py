@@ -33,6 +33,12 @@ def _steps(run) -> list[int]:
     return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def test_a_built_demonstration_is_marked_one_so_rl_never_takes_its_ratio():
+    """It was a sampled call at T = 1 with logprobs 0: in an RL group its ratio was about 0.0005, all clipped."""
+    episode = demonstration(build_tokenizer(), [{"role": "user", "content": "Repeat: lamp"}], "lamp")
+    assert episode.demonstrated and not episode.calls[0].sampled
+
+
 def test_sft_learns_the_demonstrations(tmp_path):
     write_demos(tmp_path / "demos.jsonl")
     run_sft(tmp_path / "demos.jsonl", tmp_path / "run", epochs=6, batch_episodes=8, save_every=100)

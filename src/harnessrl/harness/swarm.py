@@ -34,6 +34,7 @@ from typing import Any
 import openai
 from pydantic import BaseModel, ConfigDict, Field
 
+from harnessrl.calltree import stage_steps
 from harnessrl.harness.tools import Toolbox
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ class Swarm:
         finally:
             _PARENT.reset(tokens[0])
             _STAGE.reset(tokens[1])
-        self.critical_steps += 1 + max((r.steps for r in stage), default=0)
+        self.critical_steps += 1 + stage_steps([r.steps for r in stage], self.limits.max_parallel)
         return [done[i] for i, _ in calls]
 
     async def _assign(self, pairs: list[tuple[str, str]]) -> list[str]:

@@ -25,7 +25,7 @@ LAPTOP_SECONDS = 900.0
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .nan / .inf in YAML: refused at load
 
 
 class DataConfig(_Strict):
@@ -163,7 +163,9 @@ class SwarmJobConfig(_Strict):
         description="the model the sub-agent's main job starts from when it is trained here (no subagent_config); "
         "default: this job's model (the orchestrator's base)",
     )
-    subagent_temperature: float = Field(default=0.0, ge=0, description="the sub-agents' sampling; 0 = greedy")
+    subagent_temperature: float = Field(
+        default=0.0, ge=0, le=2, description="the sub-agents' sampling; 0 = greedy (the gateway's bounds, 0-2)"
+    )
     subagent_cache: int = Field(
         default=4096,
         ge=0,
@@ -205,6 +207,7 @@ class SwarmJobConfig(_Strict):
     orchestrator_temperature: float = Field(
         default=1.0,
         gt=0,
+        le=2,  # the gateway refuses more: every episode would fail
         description="the orchestrator's sampling in RL, validation and the sampled held-out evals (the greedy ones: 0)",
     )
 

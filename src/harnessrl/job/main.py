@@ -389,32 +389,38 @@ class _Job:
             loggers=self.config.loggers,
         )
         checkpoints = self.out / "sft" / "checkpoints"
+        draws = (
+            0  # batches drawn: a step's batch depends on its number alone, so a resumed run trains as one that ran on
+        )
         if (latest := latest_checkpoint(checkpoints)) is not None:
-            trainer.resume(latest)
+            draws = trainer.resume(latest).get("draws", trainer.step)
         else:
             trainer.forget_after(0)  # a start that stopped before its first checkpoint
         demos = [e for e in demos if any(c.trainable and c.completion_ids for c in e.calls)]  # the others train nothing
         if not demos:
             reason = f" ({len(failed)} failed; the first: {failed[0].failure_reason})" if failed else ""
             raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on{reason}")
-        rng = random.Random(f"{self.config.seed}:{trainer.step}")
         paces: list[float] = []  # this start's seconds per step
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=steps, completed=trainer.step, status="")
             while trainer.step < steps:
                 started = time.perf_counter()
-                metrics = await asyncio.to_thread(
-                    trainer.sft_step, rng.sample(demos, min(cfg.batch_episodes, len(demos)))
+                batch = random.Random(f"{self.config.seed}:sft:{draws}").sample(
+                    demos, min(cfg.batch_episodes, len(demos))
                 )
+                draws += 1
+                metrics = await asyncio.to_thread(trainer.sft_step, batch)
                 paces.append(time.perf_counter() - started)
                 timed = len(paces) >= PACE_STEPS and trainer.step >= train_cfg.warmup_steps + PACE_STEPS
                 if not plan and budget is not None and (timed or trainer.step >= steps):
                     plan = self._plan_sft(trainer, paces)
                     steps = plan["steps"]
                     bar.update(job, total=steps)
+                if "loss/sft" not in metrics:  # skipped (a loss that was not finite): no step; the next batch is drawn
+                    continue
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == steps:
-                    trainer.save(checkpoints)
+                    trainer.save(checkpoints, cursor={"draws": draws})
                     self._phase_progress()
 
     def _plan_sft(self, trainer: Trainer, paces: list[float]) -> dict:
@@ -484,8 +490,8 @@ class _Job:
         else:
             trainer.forget_after(0)
         self.rl_updates = done
-        if done == 0:
-            await self._validate(0, harness, trainer)
+        if done == 0 or done % cfg.validate_every == 0 or done == cfg.updates:  # a kill in a validation: it again
+            await self._validate(done, harness, trainer)
         if cfg.updates - done <= 0 or self._budget_stop() is not None:
             return
         if stop := self._over_budget(0.0, done):  # no time for an update (or, resumed, for another one)
@@ -504,7 +510,17 @@ class _Job:
             self.rl_updates = done
             _dump(rollouts / f"update-{done:04d}.jsonl", episodes)
 
-            def validate() -> None:
+            saved = False
+
+            def save() -> None:
+                nonlocal saved
+                if not saved:
+                    trainer.save(checkpoints, cursor={"updates": done}, number=done)
+                    self._phase_progress()
+                    saved = True
+
+            def validate() -> None:  # saved first: best/ never holds an update a resumed run would redo
+                save()
                 asyncio.run_coroutine_threadsafe(self._validate(done, harness, trainer), loop).result()
 
             if done % cfg.validate_every == 0 or done == cfg.updates:
@@ -512,9 +528,8 @@ class _Job:
             stop = self._over_budget(slowest, done) if done < cfg.updates else None
             if stop:  # the last update: validated (a no-op where it just was) and saved
                 validate()
-            if done % cfg.save_every == 0 or done == cfg.updates or stop:
-                trainer.save(checkpoints, cursor={"updates": done}, number=done)
-                self._phase_progress()
+            if done % cfg.save_every == 0:
+                save()
             if stop:
                 self._end_rl(stop)
             last = time.perf_counter()

@@ -74,14 +74,15 @@ def resume(out: Path, progress: bool = True) -> dict:
 
 
 def subagent_model(config: JobConfig, progress: bool) -> str:
-    """The frozen sub-agent: `swarm.subagent_model`, or the best/ of a search main job, run first if absent."""
+    """The frozen sub-agent: `swarm.subagent_model`, or the best/ of a search main job, run (or finished) first."""
     swarm = config.swarm
     if swarm.subagent_model:
         return swarm.subagent_model
     best = swarm.subagent_run / "best"
-    if not (best / "config.json").is_file():
+    if not (swarm.subagent_run / "summary.json").is_file():  # best/ is there from the first validation on
         if progress:
-            print(f"swarm: no search agent at {best}; training one first (the search main job, same data and agent)")
+            print(f"swarm: no finished search agent at {swarm.subagent_run}; training it first (the search main job, "
+                  "same data and agent; a stopped one goes on)")  # fmt: skip
         main.run(search_config(config), swarm.subagent_run, progress)
     return str(best)
 
@@ -272,13 +273,17 @@ class _SwarmJob(main._Job):
         timeout = self._episode_seconds() * max(len(t.data["questions"]) for t in test)
         _, episodes = await evaluate(self.gateway, harness, tasks, timeout=timeout)
         main._dump(self.out / f"{name}.jsonl", episodes)
-        n = max(len(episodes), 1)
+        n, parallel = max(len(episodes), 1), self.config.swarm.limits.max_parallel
         result = {
             "f1": _mean_f1(episodes),
-            "critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
+            "critical_steps": sum(critical_steps(e.calls, parallel) for e in episodes if e.calls) / n,
             "total_steps": sum(len(e.calls) for e in episodes) / n,
             "failed": sum(e.status == "failed" for e in episodes),
-            **{k.removeprefix("swarm/"): v for k, v in swarm_metrics(episodes).items() if "lambda" not in k},
+            **{
+                k.removeprefix("swarm/"): v
+                for k, v in swarm_metrics(episodes, parallel=parallel).items()
+                if "lambda" not in k
+            },
             "episodes": len(episodes),
             "policy_version": self.policy.version,
         }
@@ -294,7 +299,7 @@ class _SwarmJob(main._Job):
         alarms = SwarmAlarms()
 
         def batch_metrics(episodes: list[Episode], step: int) -> dict[str, float]:
-            metrics = swarm_metrics(episodes, self.reward, step)
+            metrics = swarm_metrics(episodes, self.reward, step, self.config.swarm.limits.max_parallel)
             return metrics | alarms.update(metrics)
 
         rollout = cfg.rollout.model_copy(update={"episode_timeout": self._episode_seconds()})

@@ -66,10 +66,12 @@ def parl_reward(
     ])  # fmt: skip
 
 
-def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: int = 0) -> dict[str, float]:
+def swarm_metrics(
+    episodes: list[Episode], reward: Reward | None = None, step: int = 0, parallel: int | None = None
+) -> dict[str, float]:
     """`swarm/*` metrics of a batch: spawn_rate (share of episodes that assigned sub-agent work),
     assigned, unfinished and repeated (runs beyond the distinct task texts) per episode, finish_rate (over all
-    runs), critical and total steps per episode, failed_rate (share of failed episodes, counted from their call
+    runs), critical (`parallel` sub-agents at once at most) and total steps per episode, failed_rate (share of failed episodes, counted from their call
     trees: `_counted`), and the lambdas at `step`."""
     summaries = [_counted(e) for e in episodes]
     assigned = [s.get("assigned", 0) for s in summaries]
@@ -81,7 +83,7 @@ def swarm_metrics(episodes: list[Episode], reward: Reward | None = None, step: i
         "swarm/unfinished": (sum(assigned) - sum(finished)) / n,
         "swarm/repeated": sum(a - s.get("distinct", a) for a, s in zip(assigned, summaries)) / n,
         "swarm/finish_rate": sum(finished) / sum(assigned) if sum(assigned) else 0.0,
-        "swarm/critical_steps": sum(critical_steps(e.calls) for e in episodes if e.calls) / n,
+        "swarm/critical_steps": sum(critical_steps(e.calls, parallel) for e in episodes if e.calls) / n,
         "swarm/total_steps": sum(len(e.calls) for e in episodes) / n,
         "swarm/failed_rate": sum(e.status == "failed" for e in episodes) / n,
     }

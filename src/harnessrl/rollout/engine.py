@@ -31,7 +31,7 @@ from harnessrl.types import Episode, RewardBreakdown, Task
 
 
 class RolloutConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     group_size: int = Field(default=8, ge=2, description="episodes per task (G)")
     groups_per_update: int = Field(default=4, ge=1, description="groups in one trainer update")
     concurrency: int = Field(

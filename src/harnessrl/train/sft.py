@@ -34,12 +34,13 @@ def demonstration(
     tokenizer, messages: list[dict], answer: str, tools: list[dict] | None = None, task: Task | None = None
 ) -> Episode:
     """A one-turn demonstration episode: the rendered conversation as prompt, `answer` + end of turn as
-    the completion (retokenised text, so logprobs are 0: fine for SFT, never for RL)."""
+    the completion, marked `Call.demonstration` (retokenised text, not sampled: RL trains it as guidance, never
+    with a ratio against its recorded logprobs of 0)."""
     prompt = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     completion = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
     call = Call(
         prompt_ids=tokenizer(prompt, add_special_tokens=False)["input_ids"], completion_ids=completion,
-        sampled_logprobs=[0.0] * len(completion), policy_version=0,
+        sampled_logprobs=[0.0] * len(completion), policy_version=0, demonstration=True,
     )  # fmt: skip
     return Episode(task=task or Task(), calls=[call], status="finished")
 

@@ -88,7 +88,7 @@ class SearchReward(BaseModel):
     """The job config's `reward:` block: the weights of `context1_reward`, the outcome's by default
     (Context-1's own: `f_beta: 0.7, trajectory_recall: 0.3, turns: 0.05, answer_stuffing: 0.3`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     f_beta: float = Field(default=0.0, description="weight of F_beta of the cited documents against the gold ones")
     trajectory_recall: float = Field(default=0.0, description="weight of the share of gold documents the agent saw")
     answer_bonus: float = Field(default=1.0, description="added for a correct answer")
