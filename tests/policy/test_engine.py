@@ -272,3 +272,20 @@ async def test_rows_done_at_their_first_token_leave_the_batch_and_keep_their_pre
             assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
     finally:
         policy.close()
+
+
+def test_a_finished_row_riding_along_leaves_its_slot_to_a_waiting_request():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny", max_batch=10)
+    engine = policy.engine
+    try:
+        prompt = _prompts(policy, 1)[0]
+        longs = [engine.submit(prompt, SamplingParams(max_tokens=200, ignore_eos=True)) for _ in range(9)]
+        # the last to join, so no later join drops it: finished, it rides along in a full batch
+        engine.submit(prompt, SamplingParams(max_tokens=2, ignore_eos=True)).result()
+        waiting = engine.submit(prompt, SamplingParams(max_tokens=1))
+        assert len(waiting.result().ids) == 1
+        assert not any(f.done() for f in longs), "the new request waited for a long row although a slot was free"
+    finally:
+        policy.close()

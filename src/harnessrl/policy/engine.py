@@ -249,8 +249,9 @@ class Engine:
                     self._reset_batch()
 
     def _take_pending(self) -> list[_Row]:
+        live = sum(not r.future.done() for r in self._rows)  # finished rows riding along leave at the next join
         new = []
-        while self._pending and len(self._rows) + len(self._prefilling) + len(new) < self.max_batch:
+        while self._pending and live + len(self._prefilling) + len(new) < self.max_batch:
             row = self._pending.popleft()
             if row.future.set_running_or_notify_cancel() and not row.future.abandoned:  # else its caller gave up
                 new.append(row)
