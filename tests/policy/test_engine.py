@@ -289,3 +289,19 @@ def test_a_finished_row_riding_along_leaves_its_slot_to_a_waiting_request():
         assert not any(f.done() for f in longs), "the new request waited for a long row although a slot was free"
     finally:
         policy.close()
+
+
+def test_a_failed_merge_into_the_batch_fails_the_rows_joining_it(policy, monkeypatch):
+    from harnessrl.policy import engine as engine_module
+
+    merge = engine_module._slab_cache
+
+    def fail_once(*args, **kwargs):  # as running out of memory while merging the joining rows' KV would
+        monkeypatch.setattr(engine_module, "_slab_cache", merge)
+        raise RuntimeError("out of memory (injected)")
+
+    for prompt in ([5, 6, 7], [5, 6, 7] * 200):  # a short prompt (prefilled whole) and a long one (in chunks)
+        monkeypatch.setattr(engine_module, "_slab_cache", fail_once)
+        joining = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
+        assert str(joining.exception(timeout=60)) == "out of memory (injected)"  # not a request left waiting forever
+    assert policy.engine.generate_sync([1, 2, 3], SamplingParams(max_tokens=3)).ids  # the engine still serves

@@ -378,7 +378,7 @@ class Engine:
         a step where eight rows finish and eight next turns join copies it once. Without a join, finished rows
         ride along (fed, their tokens dropped) until they are 1 / RIDE_ALONG of the batch: an agent's finished
         turn is mostly followed, a few steps later, by its next turn's join, which then drops it for free."""
-        joining, self._joining = self._joining, []
+        joining = self._joining  # emptied once merged: a merge that fails (out of memory) fails these rows too
         finished = sum(r.future.done() for r in self._rows)
         if not joining and (not self._rows or RIDE_ALONG * finished < len(self._rows)):
             return
@@ -401,6 +401,7 @@ class Engine:
         width = max(m.shape[1] for m in masks)
         self._rows, self._cache = rows, _slab_cache(blocks, width)
         self._mask, self._last = torch.cat([_left_pad(m, width) for m in masks]), torch.cat(last)
+        self._joining = []
 
     def _decode_step(self) -> None:
         """Feed every row its last sampled token; sample the next one."""
