@@ -1,6 +1,7 @@
 """The continuous-batching engine against the plain model: same logprobs, same greedy tokens."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -305,3 +306,25 @@ def test_a_failed_merge_into_the_batch_fails_the_rows_joining_it(policy, monkeyp
         joining = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
         assert str(joining.exception(timeout=60)) == "out of memory (injected)"  # not a request left waiting forever
     assert policy.engine.generate_sync([1, 2, 3], SamplingParams(max_tokens=3)).ids  # the engine still serves
+
+
+def test_a_step_that_outlasts_close_fails_its_rows_when_it_ends():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(module, args):  # a step longer than close() waits (a big model's prefill on a CPU)
+        inside.set()
+        release.wait()
+
+    hook = policy.model.get_input_embeddings().register_forward_pre_hook(hold)
+    try:
+        running = policy.engine.submit([5, 6, 7], SamplingParams(max_tokens=50, ignore_eos=True))
+        assert inside.wait(timeout=60)
+        policy.engine.close(timeout=0)  # returns with the step still running
+        release.set()
+        assert str(running.exception(timeout=60)) == "engine closed before the completion finished"
+    finally:
+        release.set()
+        hook.remove()

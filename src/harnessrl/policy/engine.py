@@ -215,14 +215,13 @@ class Engine:
             self.version = max(self.version + 1, at_least)
             return self.version
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30) -> None:
+        """Stop the engine; requests not finished fail. Waits up to `timeout` seconds for the step in flight: one
+        that outlasts it fails its rows when it ends (the engine's thread fails every request it holds)."""
         with self._wake:
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=30)
-        for row in [*self._pending, *self._prefilling, *self._rows]:
-            if not row.future.done():
-                row.future.set_exception(RuntimeError("engine closed before the completion finished"))
+        self._thread.join(timeout=timeout)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -233,6 +232,8 @@ class Engine:
                 while not self._closed and not self._pending and not self._rows and not self._prefilling:
                     self._wake.wait()
                 if self._closed:
+                    closed = RuntimeError("engine closed before the completion finished")
+                    self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
                     return
                 self._prefilling += self._take_pending()
             with self._step_lock, torch.inference_mode():
@@ -242,11 +243,15 @@ class Engine:
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*self._prefilling, *self._prefill_rows, *self._batch_rows()]:
-                        if not row.future.done():
-                            row.future.set_exception(exc)
+                    self._fail([*self._prefilling, *self._prefill_rows, *self._batch_rows()], exc)
                     self._prefilling = []
                     self._reset_batch()
+
+    @staticmethod
+    def _fail(rows: list[_Row], exc: BaseException) -> None:
+        for row in rows:
+            if not row.future.done():
+                row.future.set_exception(exc)
 
     def _take_pending(self) -> list[_Row]:
         live = sum(not r.future.done() for r in self._rows)  # finished rows riding along leave at the next join
