@@ -328,3 +328,39 @@ def test_a_step_that_outlasts_close_fails_its_rows_when_it_ends():
     finally:
         release.set()
         hook.remove()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("temperature", -1.0),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("temperature", "0.7"),
+        ("top_p", 0.0),
+        ("top_p", 5.0),
+        ("top_p", float("nan")),
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("max_tokens", None),
+        ("max_tokens", 2.5),
+        ("stop", "ld"),  # a bare string: each of its characters would stop
+        ("stop", [None]),
+        ("stop", [""]),  # found at once in any text
+        ("seed", "7"),
+        ("ignore_eos", "no"),
+    ],
+)
+def test_sampling_params_refuse_a_bad_value_by_its_name(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        SamplingParams(**{field: value})
+
+
+def test_sampling_params_take_the_values_a_caller_sends():
+    SamplingParams(temperature=0, top_p=1, max_tokens=1, stop=("</s>",), seed=-5, ignore_eos=True)
+
+
+async def test_a_request_for_no_completions_is_refused(policy):
+    for n in (0, -2):
+        with pytest.raises(ValueError, match="^n: "):
+            await policy.engine.generate([5, 6, 7], SamplingParams(max_tokens=2), n)

@@ -38,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
+import numbers
 import threading
 import time
 from collections import OrderedDict, deque
@@ -83,6 +85,21 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # run to max_tokens (benchmarks, fixed-length tests), as vLLM's option
+
+    def __post_init__(self) -> None:
+        # checked here, not in the step: a bad value there fails every request of the batch, and NaN samples garbage
+        if not _real(self.temperature) or not 0 <= self.temperature < math.inf:
+            raise ValueError(f"temperature: a finite number >= 0 (0 is greedy), not {self.temperature!r}")
+        if not _real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: a number in (0, 1], not {self.top_p!r}")
+        if not _integer(self.max_tokens) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens: an integer >= 1, not {self.max_tokens!r}")
+        if not isinstance(self.stop, list | tuple) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop: a list of non-empty strings, not {self.stop!r}")
+        if self.seed is not None and not _integer(self.seed):
+            raise ValueError(f"seed: an integer or None, not {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos: true or false, not {self.ignore_eos!r}")
 
 
 @dataclass
@@ -184,6 +201,8 @@ class Engine:
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
         """n completions of one prompt; with a seed, choice i uses seed + i."""
+        if not _integer(n) or n < 1:
+            raise ValueError(f"n: an integer >= 1, not {n!r}")
         futures = [self.submit(prompt_ids, _for_choice(params, i)) for i in range(n)]
         try:
             return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
@@ -536,6 +555,14 @@ def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
 def _average(mean: float, value: float, weight: float = 0.2) -> float:
     """An exponential moving average; the first value starts it."""
     return value if not mean else (1 - weight) * mean + weight * value
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _for_choice(params: SamplingParams, i: int) -> SamplingParams:
