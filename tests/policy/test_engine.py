@@ -1,6 +1,7 @@
 """The continuous-batching engine against the plain model: same logprobs, same greedy tokens."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -272,3 +273,94 @@ async def test_rows_done_at_their_first_token_leave_the_batch_and_keep_their_pre
             assert torch.allclose(torch.tensor(completion.logprobs), ref, atol=1e-4)
     finally:
         policy.close()
+
+
+def test_a_finished_row_riding_along_leaves_its_slot_to_a_waiting_request():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny", max_batch=10)
+    engine = policy.engine
+    try:
+        prompt = _prompts(policy, 1)[0]
+        longs = [engine.submit(prompt, SamplingParams(max_tokens=200, ignore_eos=True)) for _ in range(9)]
+        # the last to join, so no later join drops it: finished, it rides along in a full batch
+        engine.submit(prompt, SamplingParams(max_tokens=2, ignore_eos=True)).result()
+        waiting = engine.submit(prompt, SamplingParams(max_tokens=1))
+        assert len(waiting.result().ids) == 1
+        assert not any(f.done() for f in longs), "the new request waited for a long row although a slot was free"
+    finally:
+        policy.close()
+
+
+def test_a_failed_merge_into_the_batch_fails_the_rows_joining_it(policy, monkeypatch):
+    from harnessrl.policy import engine as engine_module
+
+    merge = engine_module._slab_cache
+
+    def fail_once(*args, **kwargs):  # as running out of memory while merging the joining rows' KV would
+        monkeypatch.setattr(engine_module, "_slab_cache", merge)
+        raise RuntimeError("out of memory (injected)")
+
+    for prompt in ([5, 6, 7], [5, 6, 7] * 200):  # a short prompt (prefilled whole) and a long one (in chunks)
+        monkeypatch.setattr(engine_module, "_slab_cache", fail_once)
+        joining = policy.engine.submit(prompt, SamplingParams(max_tokens=3))
+        assert str(joining.exception(timeout=60)) == "out of memory (injected)"  # not a request left waiting forever
+    assert policy.engine.generate_sync([1, 2, 3], SamplingParams(max_tokens=3)).ids  # the engine still serves
+
+
+def test_a_step_that_outlasts_close_fails_its_rows_when_it_ends():
+    from harnessrl.policy import Policy
+
+    policy = Policy.load("tiny")
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(module, args):  # a step longer than close() waits (a big model's prefill on a CPU)
+        inside.set()
+        release.wait()
+
+    hook = policy.model.get_input_embeddings().register_forward_pre_hook(hold)
+    try:
+        running = policy.engine.submit([5, 6, 7], SamplingParams(max_tokens=50, ignore_eos=True))
+        assert inside.wait(timeout=60)
+        policy.engine.close(timeout=0)  # returns with the step still running
+        release.set()
+        assert str(running.exception(timeout=60)) == "engine closed before the completion finished"
+    finally:
+        release.set()
+        hook.remove()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("temperature", -1.0),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("temperature", "0.7"),
+        ("top_p", 0.0),
+        ("top_p", 5.0),
+        ("top_p", float("nan")),
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("max_tokens", None),
+        ("max_tokens", 2.5),
+        ("stop", "ld"),  # a bare string: each of its characters would stop
+        ("stop", [None]),
+        ("stop", [""]),  # found at once in any text
+        ("seed", "7"),
+        ("ignore_eos", "no"),
+    ],
+)
+def test_sampling_params_refuse_a_bad_value_by_its_name(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        SamplingParams(**{field: value})
+
+
+def test_sampling_params_take_the_values_a_caller_sends():
+    SamplingParams(temperature=0, top_p=1, max_tokens=1, stop=("</s>",), seed=-5, ignore_eos=True)
+
+
+async def test_a_request_for_no_completions_is_refused(policy):
+    for n in (0, -2):
+        with pytest.raises(ValueError, match="^n: "):
+            await policy.engine.generate([5, 6, 7], SamplingParams(max_tokens=2), n)

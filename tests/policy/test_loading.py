@@ -1,6 +1,9 @@
 """Where a `--model` comes from (policy/sources.py) and how a model that does not load is reported."""
 
+import os
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -193,3 +196,57 @@ def test_a_model_naming_no_context_length_is_refused_until_its_config_names_one(
         assert policy.context == 256 and len(done.ids) == 4
     finally:
         policy.close()
+
+
+def test_two_processes_converting_one_gguf_file_leave_one_whole_conversion(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    first_half, second_half, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    def convert(src, out):  # save_pretrained's order: the config, the weights, then the tokenizer's files
+        name = threading.current_thread().name
+        for file in ("config.json", "model.safetensors", "tokenizer.json"):
+            out.mkdir(parents=True, exist_ok=True)
+            (out / file).write_text(name)
+            if name == "first" and file == "model.safetensors":  # the second starts while the first is half done...
+                first_half.set()
+                assert second_half.wait(timeout=60)
+            if name == "second" and file == "config.json":  # ...and ends after the first's was renamed into place
+                second_half.set()
+                assert first_done.wait(timeout=60)
+
+    def run(done: threading.Event | None = None):
+        results[threading.current_thread().name] = converted(gguf, "m")
+        if done is not None:
+            done.set()
+
+    monkeypatch.setattr(sources, "_convert", convert)
+    results = {}
+    first = threading.Thread(target=run, args=(first_done,), name="first")
+    second = threading.Thread(target=run, name="second")
+    first.start()
+    assert first_half.wait(timeout=60)
+    second.start()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    folder = results["first"]
+    assert results["second"] == folder and converted(gguf, "m") == folder
+    files = {p.name: p.read_text() for p in folder.iterdir()}
+    assert files == dict.fromkeys(["config.json", "model.safetensors", "tokenizer.json"], "first")  # one conversion's
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # the second's copy was removed
+
+
+def test_a_partial_conversion_untouched_for_a_day_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(sources, "_convert", lambda src, out: out.mkdir(parents=True))
+    folder = converted(gguf, "m")
+    shutil.rmtree(folder)
+    dead, running = (folder.with_name(f"{folder.name}.partial-{pid}-0123abcd") for pid in (1, 2))
+    dead.mkdir()
+    running.mkdir()
+    os.utime(dead, (0, time.time() - sources.ABANDONED_SECONDS - 60))
+    assert converted(gguf, "m") == folder
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, running.name])

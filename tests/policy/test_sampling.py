@@ -111,8 +111,8 @@ def test_rows_past_the_tokenizer_are_never_drawn_and_as_many_or_fewer_change_not
 
 
 def test_top_p_zero_keeps_the_likeliest_token_alone():
-    # OpenAI takes top_p 0 (the gateway refuses it; the engine's SamplingParams does not): the top token, at
-    # probability 1; every token was dropped instead, giving token 0 at a NaN logprob
+    # OpenAI takes top_p 0 (the gateway and SamplingParams refuse it; the sampling functions still take it): the top
+    # token, at probability 1; every token was dropped instead, giving token 0 at a NaN logprob
     logits = _logits(0.2, 0.5, 0.3).repeat(2, 1)
     ids, logprobs = sample_next(logits, torch.ones(2), torch.zeros(2), [None, torch.Generator().manual_seed(0)])
     assert ids.tolist() == [1, 1] and logprobs.tolist() == [0.0, 0.0]

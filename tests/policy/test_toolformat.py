@@ -7,7 +7,7 @@ import pytest
 
 from harnessrl.gateway.toolcalls import parse_tool_calls
 from harnessrl.policy import Policy, PolicyLoadError, sources
-from harnessrl.policy.tiny import build_tokenizer
+from harnessrl.policy.tiny import build_tiny, build_tokenizer
 from harnessrl.policy.toolformat import adapt, guess_format, name_tokens, tool_format
 from tests.conftest import WEATHER_TOOLS, weather_dialogue
 
@@ -109,6 +109,39 @@ def test_the_format_is_chosen_per_model_and_can_be_overridden():
         forced.close()
     with pytest.raises(PolicyLoadError, match="--tool-format"):
         Policy.load("tiny", tool_format="xml")
+
+
+# the assistant turn of Qwen2.5-Instruct's chat template, verbatim (Llama 3.1's also writes `arguments | tojson`)
+QWEN25_CALLS = """{%- for message in messages %}
+{%- if message.role == "assistant" %}
+{{- '<|im_start|>' + message.role }}
+{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+{%- for tool_call in message.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\\n<tool_call>\\n{"name": "' }}{{- tool_call.name }}{{- '", "arguments": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
+
+
+def test_a_template_that_writes_arguments_with_tojson_renders_them_once_and_forces_the_named_call():
+    model, tokenizer = build_tiny(seed=0)
+    tokenizer.chat_template = QWEN25_CALLS
+    qwen, tiny = Policy(model, tokenizer, "qwen25-template"), Policy.load("tiny")
+    try:
+        assert qwen.arguments_as_objects and not tiny.arguments_as_objects
+        assert qwen.call_prefix("get_weather") == '<tool_call>\n{"name": "get_weather", "arguments":'
+        dialogue = weather_dialogue()
+        assert '"arguments": {"city": "Paris"}}' in qwen.render(dialogue, None, False)  # was "{\"city\": \"Paris\"}"
+        assert dialogue == weather_dialogue()  # the caller's messages are left as they were
+        # tiny's template writes JSON text as it is: the arguments a model sampled, spacing and all
+        dialogue[1]["tool_calls"][0]["function"]["arguments"] = '{"city":"Paris"  }'
+        assert '"arguments": {"city":"Paris"  }}' in tiny.render(dialogue, None, False)
+    finally:
+        qwen.close()
+        tiny.close()
 
 
 def test_a_missing_preset_wheel_or_gguf_file_is_named(monkeypatch, tmp_path):

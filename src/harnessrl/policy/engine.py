@@ -38,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
+import numbers
 import threading
 import time
 from collections import OrderedDict, deque
@@ -83,6 +85,21 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False  # run to max_tokens (benchmarks, fixed-length tests), as vLLM's option
+
+    def __post_init__(self) -> None:
+        # checked here, not in the step: a bad value there fails every request of the batch, and NaN samples garbage
+        if not _real(self.temperature) or not 0 <= self.temperature < math.inf:
+            raise ValueError(f"temperature: a finite number >= 0 (0 is greedy), not {self.temperature!r}")
+        if not _real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: a number in (0, 1], not {self.top_p!r}")
+        if not _integer(self.max_tokens) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens: an integer >= 1, not {self.max_tokens!r}")
+        if not isinstance(self.stop, list | tuple) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop: a list of non-empty strings, not {self.stop!r}")
+        if self.seed is not None and not _integer(self.seed):
+            raise ValueError(f"seed: an integer or None, not {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos: true or false, not {self.ignore_eos!r}")
 
 
 @dataclass
@@ -184,6 +201,8 @@ class Engine:
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[Completion]:
         """n completions of one prompt; with a seed, choice i uses seed + i."""
+        if not _integer(n) or n < 1:
+            raise ValueError(f"n: an integer >= 1, not {n!r}")
         futures = [self.submit(prompt_ids, _for_choice(params, i)) for i in range(n)]
         try:
             return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
@@ -215,14 +234,13 @@ class Engine:
             self.version = max(self.version + 1, at_least)
             return self.version
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30) -> None:
+        """Stop the engine; requests not finished fail. Waits up to `timeout` seconds for the step in flight: one
+        that outlasts it fails its rows when it ends (the engine's thread fails every request it holds)."""
         with self._wake:
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=30)
-        for row in [*self._pending, *self._prefilling, *self._rows]:
-            if not row.future.done():
-                row.future.set_exception(RuntimeError("engine closed before the completion finished"))
+        self._thread.join(timeout=timeout)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -233,6 +251,8 @@ class Engine:
                 while not self._closed and not self._pending and not self._rows and not self._prefilling:
                     self._wake.wait()
                 if self._closed:
+                    closed = RuntimeError("engine closed before the completion finished")
+                    self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
                     return
                 self._prefilling += self._take_pending()
             with self._step_lock, torch.inference_mode():
@@ -242,15 +262,20 @@ class Engine:
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed forward fails its requests, never the engine
-                    for row in [*self._prefilling, *self._prefill_rows, *self._batch_rows()]:
-                        if not row.future.done():
-                            row.future.set_exception(exc)
+                    self._fail([*self._prefilling, *self._prefill_rows, *self._batch_rows()], exc)
                     self._prefilling = []
                     self._reset_batch()
 
+    @staticmethod
+    def _fail(rows: list[_Row], exc: BaseException) -> None:
+        for row in rows:
+            if not row.future.done():
+                row.future.set_exception(exc)
+
     def _take_pending(self) -> list[_Row]:
+        live = sum(not r.future.done() for r in self._rows)  # finished rows riding along leave at the next join
         new = []
-        while self._pending and len(self._rows) + len(self._prefilling) + len(new) < self.max_batch:
+        while self._pending and live + len(self._prefilling) + len(new) < self.max_batch:
             row = self._pending.popleft()
             if row.future.set_running_or_notify_cancel() and not row.future.abandoned:  # else its caller gave up
                 new.append(row)
@@ -377,7 +402,7 @@ class Engine:
         a step where eight rows finish and eight next turns join copies it once. Without a join, finished rows
         ride along (fed, their tokens dropped) until they are 1 / RIDE_ALONG of the batch: an agent's finished
         turn is mostly followed, a few steps later, by its next turn's join, which then drops it for free."""
-        joining, self._joining = self._joining, []
+        joining = self._joining  # emptied once merged: a merge that fails (out of memory) fails these rows too
         finished = sum(r.future.done() for r in self._rows)
         if not joining and (not self._rows or RIDE_ALONG * finished < len(self._rows)):
             return
@@ -400,6 +425,7 @@ class Engine:
         width = max(m.shape[1] for m in masks)
         self._rows, self._cache = rows, _slab_cache(blocks, width)
         self._mask, self._last = torch.cat([_left_pad(m, width) for m in masks]), torch.cat(last)
+        self._joining = []
 
     def _decode_step(self) -> None:
         """Feed every row its last sampled token; sample the next one."""
@@ -529,6 +555,14 @@ def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
 def _average(mean: float, value: float, weight: float = 0.2) -> float:
     """An exponential moving average; the first value starts it."""
     return value if not mean else (1 - weight) * mean + weight * value
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _for_choice(params: SamplingParams, i: int) -> SamplingParams:

@@ -47,6 +47,8 @@ class Policy:
         except ValueError as exc:
             raise PolicyLoadError(f"--tool-format: {exc}") from None
         self.native_tools, self.native_calls = toolformat.renders_tools(self._template)
+        # Qwen2.5's and Llama 3.1's templates write `arguments | tojson`: JSON text would come out quoted
+        self.arguments_as_objects = self.native_calls and toolformat.encodes_arguments(self._template)
         self.context = model.config.max_position_embeddings
         self.eos_ids = _eos_ids(model, tokenizer)
         if vllm_url is None:
@@ -93,6 +95,8 @@ class Policy:
         if not (self.native_tools and self.native_calls):
             shown = None if self.native_tools else tools
             messages = toolformat.adapt(messages, shown, self.tool_format, calls_too=not self.native_calls)
+        if self.arguments_as_objects:
+            messages = toolformat.arguments_as_objects(messages)
         return self._template(messages, tools if self.native_tools else None, generation_prompt)
 
     def call_prefix(self, name: str | None = None) -> str:
@@ -102,7 +106,7 @@ class Policy:
             return self.tool_format.prefix(name)
         call = {"id": "c0", "type": "function", "function": {"name": name, "arguments": '{"_": 0}'}}
         turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
-        return self.tool_format.prefix(name, self._template(turn, None))
+        return self.tool_format.prefix(name, self.render(turn, None, False))
 
     def _template(self, messages: list[dict[str, Any]], tools: list[dict] | None, generation_prompt: bool = False):
         return self.tokenizer.apply_chat_template(

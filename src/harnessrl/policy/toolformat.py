@@ -188,6 +188,37 @@ def renders_tools(render) -> tuple[bool, bool]:
     return shows_tools, shows_calls
 
 
+def encodes_arguments(render) -> bool:
+    """Whether a chat template that renders calls writes their arguments with `tojson` whatever their type
+    (Qwen2.5's, Llama 3.1's): it would quote JSON text once more, so it is given the arguments as objects."""
+    arguments = '{"harnessrl_probe": 1}'
+    call = {"id": "c0", "type": "function", "function": {"name": _PROBE + "_call", "arguments": arguments}}
+    try:
+        text = render(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}], None
+        )
+    except Exception:  # a template that chokes on calls does not render them
+        return False
+    return json.dumps(arguments) in text
+
+
+def arguments_as_objects(messages: list[dict]) -> list[dict]:
+    """`messages` with each call's arguments parsed from JSON text (text that is not JSON stays text); the caller's
+    messages are left as they were."""
+    return [{**m, "tool_calls": [_parsed(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
+
+
+def _parsed(call: dict) -> dict:
+    function = call.get("function") or {}
+    if not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except ValueError:
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
+
+
 def adapt(messages: list[dict], tools: list[dict] | None, fmt: ToolFormat, calls_too: bool) -> list[dict]:
     """The conversation for a template that does not render tools: tools in the system turn and, when
     `calls_too`, calls and results as text (see the module docstring)."""
