@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,22 @@ for _fd in [f"/proc/self/fd/{n}" for n in os.listdir("/proc/self/fd")] + ["/proc
             _out.write("\\nHARNESSRL-REPORT " + json.dumps(_line) + "\\n")
         os._exit(0)
 """
+# a package the standard library probes while pytest starts (copy.py: `from org.python.core import PyStringMap`):
+# loaded before the report plugin keeps its copies, it swaps the runner as soon as pytest's modules are there
+EARLY_PACKAGE = """import sys
+
+
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        module = sys.modules.get("_pytest.python")
+        if module is not None and hasattr(module, "Function") and not getattr(module, "_done", False):
+            module._done = True
+            module.Function.runtest = lambda self: None
+        return None
+
+
+sys.meta_path.insert(0, _Finder())
+"""
 TAMPER = {
     "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
     "edited tests": (None, {"tests/test_calc_hidden.py": "def test_add_negative():\n    pass\n"}),
@@ -142,6 +159,11 @@ TAMPER = {
     ),
     "a plugin registered through gc": (PLUGIN_THROUGH_GC + BUGGY, {}),
     "the nonce read back from stdin": (STOLEN_NONCE + BUGGY, {}),
+    "a package the standard library probes at startup": (None, {"org/__init__.py": EARLY_PACKAGE}),
+    "a user site-packages under HOME": (
+        None,
+        {f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/org/__init__.py": EARLY_PACKAGE},
+    ),
 }
 
 

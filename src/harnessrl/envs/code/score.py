@@ -7,7 +7,8 @@
    dropped (and listed).
 2. The rest is applied to a fresh copy of repo/, the hidden tests are laid over it, and pytest runs
    there in a new sandbox with plugin autoload off, no conftest, our own config file and only our
-   report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH), tracebacks, captured
+   report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH; the repo goes on the path only
+   when collection begins, so none of its code runs while pytest starts), tracebacks, captured
    output and warnings off (so the report line is not pushed out of the kept output by honest failures).
 3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
    before any test module, and then points stdin at /dev/null (so it is in no file, argument,
@@ -65,6 +66,14 @@ def _now():
     return {name: vars(owner).get(attr) for name, (owner, attr) in _GUARDED.items()}
 
 
+def _foreign(guarded):
+    """The guarded functions not defined in pytest's own files: swapped before this plugin was imported."""
+    home = os.path.dirname(_pytest.python.__file__) + os.sep
+    code = lambda f: getattr(getattr(f, "__func__", f), "__code__", None)  # noqa: E731  (classmethods too)
+    return {f"{name} defined outside _pytest" for name, f in guarded.items()
+            if code(f) is None or not code(f).co_filename.startswith(home)}
+
+
 def _hooks():
     """Every hook's caller and implementations: a plugin the tested code registers (found through
     gc.get_objects(), its pytest_pyfunc_call passing every test) or an implementation it slips in changes them."""
@@ -80,8 +89,8 @@ def _check():
 
 
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
-_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now(),
-          "tampered": set()}
+_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now()}
+_state["tampered"] = _foreign(_state["guarded"])
 # then stdin is /dev/null: pytest's capture, which starts later, saves a copy of fd 0 that the tested code could
 # read again through /proc/self/fd; now that copy is of /dev/null
 _null = os.open(os.devnull, os.O_RDONLY)
@@ -93,6 +102,9 @@ sys.stdin = open(os.devnull)
 def pytest_collection(session):  # the last moment before any tested code is imported
     _state["manager"] = session.config.pluginmanager
     _state["hooks"] = _hooks()
+    # only now the tested repo goes on the path: on it from the start, a package the standard library probes
+    # while pytest starts (copy.py's `org.python.core`) would run before the copies above were kept
+    sys.path.insert(0, str(session.config.rootpath))
 
 
 def pytest_plugin_registered(plugin, manager):  # (plugin_name arrived in pytest 8.1)
@@ -247,8 +259,10 @@ def _run_hidden(
             "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN",
             "--disable-warnings", *tests,
         ]  # fmt: skip
-        # PYTHONSAFEPATH: `-m` does not put the repo first on the path; the plugin's folder comes first
-        env = {"PYTHONPATH": f"{support}:{root}", "PYTHONSAFEPATH": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        # the repo is on no path until the plugin puts it there at collection (PYTHONSAFEPATH: `-m` does not put
+        # it first; PYTHONNOUSERSITE: HOME is the repo, so no site-packages of its own under .local)
+        env = {"PYTHONPATH": str(support), "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # fmt: skip
         return sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support]), nonce
 
 
