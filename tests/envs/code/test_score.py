@@ -159,6 +159,7 @@ TAMPER = {
     ),
     "a plugin registered through gc": (PLUGIN_THROUGH_GC + BUGGY, {}),
     "the nonce read back from stdin": (STOLEN_NONCE + BUGGY, {}),
+    "builtins.repr patched at import": ("import builtins\nbuiltins.repr = lambda o: 'same'\n" + BUGGY, {}),
     "a package the standard library probes at startup": (None, {"org/__init__.py": EARLY_PACKAGE}),
     "a user site-packages under HOME": (
         None,
@@ -177,6 +178,8 @@ def test_tamper_routes_score_zero(route, task, tmp_path):
         assert result.invalid and result.failure
     if route == "runtest patched at import":
         assert "tampered with the test runner: ['Function.runtest']" in result.failure
+    if route == "builtins.repr patched at import":  # the hidden tests' same() compares reprs
+        assert result.invalid and "tampered with the test runner: ['builtins.repr']" in result.failure
     if route == "a plugin registered through gc":
         assert "['plugin pass-all registered', 'pytest_pyfunc_call hooks']" in result.failure
     if route in ("a pytest of its own", "a report plugin of its own"):  # dropped: the honest (buggy) code ran

@@ -46,7 +46,7 @@ from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.tasks import TEST_PATH, CodeTask, hidden_test_names
 
 PLUGIN = '''"""harnessrl's pytest report: one line on the real stdout, under the nonce read from stdin."""
-import json, os, sys
+import builtins, json, os, sys
 
 import _pytest.python, _pytest.reports, _pytest.runner
 
@@ -86,6 +86,11 @@ def _check():
         now, then = _hooks(), _state["hooks"]
         changed = [name for name in now.keys() | then.keys() if now.get(name) != then.get(name)]
         _state["tampered"].update(f"{name} hooks" for name in changed)
+        # a builtin replaced or removed (`builtins.repr = lambda o: "same"` defeats a test's repr comparison);
+        # one added is no threat (gettext.install() adds `_`)
+        present = vars(builtins)
+        _state["tampered"].update(f"builtins.{name}" for name, value in _state["builtins"].items()
+                                  if present.get(name, _check) is not value)
 
 
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
@@ -102,6 +107,7 @@ sys.stdin = open(os.devnull)
 def pytest_collection(session):  # the last moment before any tested code is imported
     _state["manager"] = session.config.pluginmanager
     _state["hooks"] = _hooks()
+    _state["builtins"] = dict(vars(builtins))
     # only now the tested repo goes on the path: on it from the start, a package the standard library probes
     # while pytest starts (copy.py's `org.python.core`) would run before the copies above were kept
     sys.path.insert(0, str(session.config.rootpath))
