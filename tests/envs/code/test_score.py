@@ -10,6 +10,7 @@ import pytest
 
 from harnessrl.envs.code.score import MAX_DIFF_CHARS, MAX_FILE_BYTES, changes, score, shadows
 from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, hidden_test_names, load_task, load_tasks
+from tests.envs.code.test_sandbox import as_a_user
 
 BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
 FIXED = BUGGY.replace("a - b", "a + b")
@@ -411,3 +412,24 @@ def test_duplicate_ids_and_a_repo_over_the_workspace_cap_are_refused(task, tmp_p
         f.truncate(257 * 1024**2)  # sparse: no disk used
     with pytest.raises(TaskFormatError, match=r"task/repo: \d+ bytes, over the 256 MiB a workspace may hold"):
         load_task(folder)
+
+
+LOCKED_CHANGES = """import json, os, shutil, sys
+from pathlib import Path
+from harnessrl.envs.code.score import changes
+pristine, workspace = Path(sys.argv[1]) / "repo", Path(sys.argv[1]) / "ws"
+shutil.copytree(pristine, workspace)
+(workspace / "calc.py").write_text(sys.argv[2])
+(workspace / "secret.txt").write_text("x")
+os.chmod(workspace / "secret.txt", 0)  # what the agent's code may leave (where not root): unreadable
+os.chmod(workspace / "tests", 0)
+found = changes(pristine, workspace)
+os.chmod(workspace / "tests", 0o700)
+print(json.dumps([found.applied, found.dropped]))
+"""
+
+
+def test_paths_scoring_cannot_read_are_dropped_and_not_taken_as_deleted(task, tmp_path):
+    applied, dropped = json.loads(as_a_user(LOCKED_CHANGES, task[1], FIXED))
+    assert applied == {"calc.py": "modified"}  # tests/test_calc.py is unseen, not deleted
+    assert dropped == {"tests": "a folder that cannot be read", "secret.txt": "cannot be read (Permission denied)"}

@@ -31,6 +31,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,7 @@ def run(
     }
     before = listing(workspace) if limits.workspace_mb else {}  # the cap is on what the run adds
     started = time.monotonic()
+    since = time.time_ns() - 1_000_000_000  # a second early: ctimes come from the kernel's coarse clock
     # stdin is a pipe, not a file: once the command has read it, it is empty for code that opens it again
     # through /proc/1/fd/0 (bwrap's init keeps a copy; the scoring run's nonce travels there)
     reader, writer = os.pipe()
@@ -137,28 +139,46 @@ def run(
         stdout, stderr = _tail(out), _tail(err)
     if cgroup:
         cgroup.remove()
-    grown = _trim_workspace(workspace, before, limits.workspace_mb * 1024 * 1024) if limits.workspace_mb else 0
+    grown = _trim_workspace(workspace, before, limits.workspace_mb * 1024**2, since) if limits.workspace_mb else 0
     if grown:
         stderr += f"\nsandbox: the run added {grown} bytes to the workspace, over the {limits.workspace_mb} MiB it may "
         stderr += "add: files it wrote were removed, largest first"
     return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(grown))
 
 
-def listing(workspace: Path) -> dict[str, tuple[int, int]]:
-    """Each file under the workspace (links never followed, not even read): its size and modification time."""
+def listing(workspace: Path, reopen_since: int | None = None) -> dict[str, tuple[int, int]]:
+    """Each file under the workspace (links never followed, not even read): its size and modification time.
+    A folder it cannot list is an error, never skipped (its files would escape the workspace cap). With
+    `reopen_since` (ns, a run's start), a folder changed since then that its owner may not list is opened again
+    for the owner first: where not root, a run that locked a folder hid what it wrote, or crashed the listing."""
     found = {}
-    for folder, _, names in os.walk(workspace):
+    if reopen_since is not None:
+        _reopen(str(workspace), reopen_since)
+    for folder, dirs, names in os.walk(workspace, onerror=_raise):  # top-down: a folder is reopened before listed
+        for name in dirs if reopen_since is not None else ():
+            _reopen(os.path.join(folder, name), reopen_since)
         for name in names:
             info = os.lstat(path := os.path.join(folder, name))
             found[path] = (info.st_size, info.st_mtime_ns)
     return found
 
 
-def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int) -> int:
+def _reopen(path: str, since: int) -> None:
+    """Owner rwx on a folder (never a link) changed since `since` that lacks it: only what the run itself locked."""
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode) and info.st_ctime_ns >= since and info.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.chmod(path, info.st_mode | stat.S_IRWXU)
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int, since: int) -> int:
     """The bytes the run added to the workspace (its `before` listing) where over `cap` (0 otherwise), after
     removing the files the run wrote (new or changed: a project file the run rewrote among them), largest first,
     until it is under the cap: files the run left untouched are never removed, even where they alone pass the cap."""
-    after = listing(workspace)
+    after = listing(workspace, reopen_since=since)  # folders the run locked opened again (where not root)
     grown = added = sum(size for size, _ in after.values()) - sum(size for size, _ in before.values())
     if grown <= cap:
         return 0

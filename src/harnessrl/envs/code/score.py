@@ -185,12 +185,16 @@ def changes(pristine: Path, workspace: Path) -> Changes:
     MAX_FILE_BYTES, changes past MAX_DIFF_CHARS of diff: the agent's code can write anything while tests run).
     `.py` files come first, so files of other kinds cannot crowd a fix out of the diff."""
     result = Changes()
-    before, after = _files(pristine), _files(workspace)
+    unread: list[str] = []  # folders of the workspace it may not list (made so by the agent's code, where not root)
+    before, after = _files(pristine), _files(workspace, unread)
+    result.dropped |= {_utf8(folder): "a folder that cannot be read" for folder in unread}
     diff: list[str] = []
     chars = 0
     for path in sorted(set(before) | set(after), key=lambda p: (not p.endswith(".py"), p)):  # code first
         old, new = before.get(path), after.get(path)
-        if new is not None and (odd := _not_regular(new)):
+        if any(folder == "." or path.startswith(f"{folder}/") for folder in unread):  # unseen, so not deleted
+            continue
+        if new is not None and (odd := _not_regular(new) or _unreadable(new)):
             result.dropped[_utf8(path)] = odd
             continue
         if old is not None and new is not None and _same(old, new):
@@ -381,6 +385,15 @@ def _not_regular(path: Path) -> str | None:
     return "symlink" if stat.S_ISLNK(mode) else None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _unreadable(path: Path) -> str | None:
+    """Why a regular file cannot be read (made so by the agent's code, where not root), or None."""
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
 def too_big(path: Path) -> str | None:
     """Why a regular file is too big to read (over MAX_FILE_BYTES), or None."""
     size = path.stat().st_size
@@ -401,10 +414,16 @@ def _utf8(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _files(root: Path) -> dict[str, Path]:
-    """Files, links (to files or folders, never followed) and other entries under root, by relative path."""
+def _files(root: Path, unread: list[str] | None = None) -> dict[str, Path]:
+    """Files, links (to files or folders, never followed) and other entries under root, by relative path; the
+    folders it cannot list go to `unread` (relative paths too)."""
+
+    def skipped(error: OSError) -> None:
+        if unread is not None:
+            unread.append(os.path.relpath(error.filename, root))
+
     found = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(root, onerror=skipped):
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
             path = Path(folder) / name
             found[str(path.relative_to(root))] = path
