@@ -78,6 +78,25 @@ def test_fork_bomb_is_capped(tmp_path):
     assert result.survivors == 0
 
 
+def test_the_runs_cgroups_are_children_of_the_callers_own():
+    need("processes")
+    own = {}  # controller ("" for v2) -> this process's cgroup path
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        own |= {controller: path.lstrip("/") for controller in controllers.split(",")}
+    group = sandbox._Cgroup.create("test-nesting", QUICK)  # what `run` makes, and removes after the run
+    try:
+        for folder in group.dirs:  # one at the root would leave the caller's memory limit (here a v1 memory cgroup)
+            controller = (
+                ""
+                if (sandbox.CGROUP_ROOT / "cgroup.controllers").is_file()
+                else folder.relative_to(sandbox.CGROUP_ROOT).parts[0]
+            )
+            assert folder.parent == sandbox.CGROUP_ROOT / controller / own[controller], own
+    finally:
+        group.remove()
+
+
 def test_memory_bomb_fails_inside(tmp_path):
     result = sandbox.run(py("x = bytearray(4 * 1024**3); print('allocated')"), tmp_path, QUICK)
     assert result.exit_code != 0 and "MemoryError" in result.stderr and "allocated" not in result.stdout

@@ -9,7 +9,7 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 | network | bubblewrap `--unshare-net`: a network namespace with only its own loopback | `unshare --net` (util-linux), else off |
 | writes | bubblewrap: the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
 | reads | bubblewrap: only system folders and this Python are mounted (read-only), never other files of the machine; harnessrl's own package (its reference solutions) hidden under an empty tmpfs where it is installed there | off |
-| memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
+| memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable (a child of the caller's own cgroup) | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
 CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`); `Limits.workspace_mb` caps what the
@@ -284,7 +284,8 @@ def _prlimit(limits: Limits) -> list[str]:
 
 
 class _Cgroup:
-    """A fresh cgroup with pids.max and a memory limit: one directory per controller (v1) or one (v2)."""
+    """A fresh cgroup with pids.max and a memory limit: one directory per controller (v1) or one (v2), each a
+    child of the caller's own cgroup (one at the hierarchy's root would leave the caller's memory limit)."""
 
     def __init__(self, dirs: list[Path]):
         self.dirs = dirs
@@ -294,22 +295,26 @@ class _Cgroup:
         memory = str(limits.memory_mb * 1024 * 1024)
         try:
             if (CGROUP_ROOT / "cgroup.controllers").is_file():  # v2: one tree
-                parent = CGROUP_ROOT / "harnessrl"
-                parent.mkdir(exist_ok=True)
-                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
-                (parent / "cgroup.subtree_control").write_text("+pids +memory")
-                group = parent / name
+                own = own_cgroup("")
+                try:
+                    (own / "cgroup.subtree_control").write_text("+pids +memory")
+                except OSError as exc:
+                    raise OSError(
+                        f"this process's cgroup {own} cannot have a child with pids and memory limits ({exc.strerror}:"
+                        " cgroup v2 gives controllers to the children of a cgroup only where it holds no process itself;"
+                        " run harnessrl in a cgroup of its own with an empty parent, e.g. systemd-run --scope)"
+                    ) from None
+                group = own / f"harnessrl-{name}"
                 group.mkdir()
                 (group / "pids.max").write_text(str(limits.processes))
                 (group / "memory.max").write_text(memory)
                 return cls([group])
-            pids, mem = CGROUP_ROOT / "pids" / "harnessrl" / name, CGROUP_ROOT / "memory" / "harnessrl" / name
+            pids, mem = (own_cgroup(controller) / f"harnessrl-{name}" for controller in ("pids", "memory"))
             for group in (pids, mem):
-                group.parent.mkdir(exist_ok=True)  # FileNotFoundError where the controller is not mounted
-                group.mkdir()
+                group.mkdir()  # FileNotFoundError where the controller is not mounted
                 if not (group / "cgroup.procs").is_file():  # a plain directory, not a cgroup file system
                     group.rmdir()
-                    raise OSError(f"{group.parent.parent} is not a cgroup hierarchy")
+                    raise OSError(f"{group.parent} is not a cgroup hierarchy")
             (pids / "pids.max").write_text(str(limits.processes))
             (mem / "memory.limit_in_bytes").write_text(memory)
             return cls([pids, mem])
@@ -327,6 +332,17 @@ class _Cgroup:
                 group.rmdir()
             except OSError as exc:  # still populated: the survivors were reported
                 log.warning("sandbox: cgroup %s left behind: %s", group, exc)
+
+
+def own_cgroup(controller: str) -> Path:
+    """This process's cgroup folder for a v1 `controller`, or in the v2 tree (""), from /proc/self/cgroup; the
+    mount's root where that path is not under it (a container that mounts its own cgroup as the root)."""
+    mount = CGROUP_ROOT / controller
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (controller in controllers.split(",")) if controller else controllers == "":
+            return own if (own := mount / path.lstrip("/")).is_dir() else mount
+    raise OSError(f"/proc/self/cgroup names no {controller or 'v2'} cgroup of this process")
 
 
 def _cgroup_join(cgroup: _Cgroup | None) -> list[str]:
