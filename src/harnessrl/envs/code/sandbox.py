@@ -295,16 +295,20 @@ class _Cgroup:
         memory = str(limits.memory_mb * 1024 * 1024)
         try:
             if (CGROUP_ROOT / "cgroup.controllers").is_file():  # v2: one tree
-                own = own_cgroup("")
+                parent = own_cgroup("")
                 try:
-                    (own / "cgroup.subtree_control").write_text("+pids +memory")
-                except OSError as exc:
-                    raise OSError(
-                        f"this process's cgroup {own} cannot have a child with pids and memory limits ({exc.strerror}:"
-                        " cgroup v2 gives controllers to the children of a cgroup only where it holds no process itself;"
-                        " run harnessrl in a cgroup of its own with an empty parent, e.g. systemd-run --scope)"
-                    ) from None
-                group = own / f"harnessrl-{name}"
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                except OSError as exc:  # the root's children then, as before: outside the caller's memory limit
+                    _warn_once(
+                        f"sandbox: this process's cgroup {parent} cannot have children with pids and memory limits "
+                        f"({exc.strerror}: under cgroup v2 only a cgroup holding no process can), so the runs' cgroups "
+                        f"go under {CGROUP_ROOT / 'harnessrl'}, outside this process's memory limit"
+                    )
+                    parent = CGROUP_ROOT / "harnessrl"
+                    parent.mkdir(exist_ok=True)
+                    (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                group = parent / f"harnessrl-{name}"
                 group.mkdir()
                 (group / "pids.max").write_text(str(limits.processes))
                 (group / "memory.max").write_text(memory)
