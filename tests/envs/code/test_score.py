@@ -433,3 +433,41 @@ def test_paths_scoring_cannot_read_are_dropped_and_not_taken_as_deleted(task, tm
     applied, dropped = json.loads(as_a_user(LOCKED_CHANGES, task[1], FIXED))
     assert applied == {"calc.py": "modified"}  # tests/test_calc.py is unseen, not deleted
     assert dropped == {"tests": "a folder that cannot be read", "secret.txt": "cannot be read (Permission denied)"}
+
+
+NOT_COLLECTED = """import pytest
+from calc import add
+
+
+@pytest.fixture
+def test_inputs():  # a fixture, whatever its name
+    return (1, 2)
+
+
+class TestWithState:  # pytest skips a test class with __init__ (a warning)
+    def __init__(self):
+        self.cases = [(1, 2, 3)]
+
+    def test_cases(self):
+        for a, b, c in self.cases:
+            assert add(a, b) == c
+
+
+def test_gone():
+    pass
+
+
+test_gone = None  # no function any more: pytest collects nothing by this name, the file's text still shows one
+"""
+
+
+def test_fixtures_and_classes_with_init_are_no_tests_and_a_missing_test_is_named(task, tmp_path):
+    spec, folder = task
+    (folder / "hidden" / "tests" / "test_calc_more.py").write_text(NOT_COLLECTED)
+    names = hidden_test_names(folder)
+    assert names == {"test_add_negative", "test_add_zero", "test_add_large", "test_gone"}
+    result = score(spec, folder, workspace(task, tmp_path, FIXED))
+    assert result.failure == "the report names 3 tests, not the 4 hidden ones: missing ['test_gone'], extra []"
+    (folder / "hidden" / "tests" / "test_calc_more.py").write_text(NOT_COLLECTED.split("\n\ndef test_gone")[0])
+    result = score(load_task(folder), folder, tmp_path / "ws")
+    assert (result.passed, result.total, result.failure, result.invalid) == (3, 3, None, False), result

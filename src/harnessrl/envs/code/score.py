@@ -315,8 +315,11 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
     if isinstance(tests, dict) and tests.get("<collection>") == "error" and report.get("exitstatus") == run.exit_code:
         return failed("the hidden tests could not be collected (the module does not import?)", invalid=False)
     if not isinstance(tests, dict) or set(tests) != expected:
-        extra = sorted(set(tests or {}) - expected)[:3]
-        return failed(f"the report names {len(tests or {})} tests, not the {len(expected)} hidden ones {extra}")
+        named = set(tests) if isinstance(tests, dict) else set()
+        missing, extra = sorted(expected - named)[:3], sorted(named - expected)[:3]
+        return failed(
+            f"the report names {len(named)} tests, not the {len(expected)} hidden ones: missing {missing}, extra {extra}"
+        )
     if not set(tests.values()) <= OUTCOMES:
         return failed(f"unknown outcomes in the report: {sorted(set(tests.values()) - OUTCOMES)}")
     exit_zero = all(v in ("passed", "skipped") for v in tests.values())  # pytest exits 0 on skips and xfails too
