@@ -92,6 +92,23 @@ def test_fix_edits_widen_until_the_search_text_is_unique():
     assert fix_edits(broken, fixed) == [(3, "b\nx\nc\n", "b\ny\nc\n")]
 
 
+@pytest.mark.parametrize(
+    ("broken", "fixed"),
+    [
+        ("x = 1\ny = 2\nx = 1\ny = 2\n", "x = 1\ny = 3\nx = 1\ny = 2\n"),  # a block repeated whole
+        ("a\nb\na\nb\n", "a\nB\na\nb\n"),  # two edits whose widened blocks overlap
+        ("c\nc\nc\n", "c\nC\nC\n"),  # an anchor found twice only when overlapping
+        ("b\na\na\na\nb\na\na\n", "b\na\nA\na\nb\nA\na\n"),
+    ],
+)
+def test_the_experts_edits_apply_through_edit_file_on_files_with_repeated_lines(broken, fixed, task, tmp_path):  # noqa: F811
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    (run.workspace / "consts.py").write_text(broken)
+    for _, search, replace in fix_edits(broken, fixed):
+        assert run.edit_file("consts.py", search, replace) == "edited consts.py"
+    assert (run.workspace / "consts.py").read_text() == fixed
+
+
 def test_a_tampering_agent_is_flagged(task, tmp_path):  # noqa: F811
     # an agent that "fixes" the visible test instead of the code: the edit is dropped and flagged
     run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
