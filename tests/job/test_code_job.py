@@ -96,3 +96,19 @@ def test_the_heldout_sample_spreads_across_functions_and_keeps_impossible_tasks(
 
 def test_generated_tasks_are_cached_by_the_code_their_validation_runs_too():
     assert {"generate.py", "score.py", "sandbox.py", "tasks.py"} <= {p.name for p in code.generator_sources()}
+
+
+def test_only_the_experts_solved_demonstrations_are_kept_and_the_rest_counted(caplog):
+    def episode(name: str, status: str, success: bool) -> Episode:
+        hidden = {"passed": 3 if success else 1, "total": 3}
+        outcome = Outcome(success=success, info={"hidden": hidden}) if status == "finished" else None
+        reason = "edit_file raised" if status == "failed" else None
+        return Episode(task=Task(id=name, prompt="fix"), outcome=outcome, status=status, failure_reason=reason)
+
+    episodes = [episode("solved", "finished", True), episode("unsolved", "finished", False),
+                episode("raised", "failed", False)]  # fmt: skip
+    assert [e.task.id for e in code.solved_demonstrations(episodes)] == ["solved"]
+    assert (
+        "2 of 3 demonstrations are left out of SFT: 1 failed, 1 did not solve their task; the first: raised: "
+        "edit_file raised; unsolved: hidden tests {'passed': 1, 'total': 3}" in caplog.text
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 import random
 import resource
@@ -40,6 +41,8 @@ from harnessrl.rollout import RolloutConfig, RolloutEngine
 from harnessrl.train import lora_for
 from harnessrl.train.checkpoint import write_atomic
 from harnessrl.types import Episode, Task, read_jsonl
+
+log = logging.getLogger(__name__)
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
@@ -134,6 +137,22 @@ def heldout_alarms(held: dict[str, list[Episode]]) -> list[str]:
     return alarms
 
 
+def solved_demonstrations(episodes: list[Episode]) -> list[Episode]:
+    """The expert's episodes that solved their task: SFT on one that raised, or whose fix did not pass the hidden
+    tests (an edit refused, a reference that fails), would teach its mistakes. How many were left out, and why, is
+    logged."""
+    failed = [e for e in episodes if e.status != "finished"]
+    unsolved = [e for e in episodes if e.status == "finished" and not e.succeeded]
+    if failed or unsolved:
+        first = [f"{e.task.id}: {e.failure_reason}" for e in failed[:1]]
+        first += [
+            f"{e.task.id}: hidden tests {(e.outcome.info if e.outcome else {}).get('hidden')}" for e in unsolved[:1]
+        ]
+        log.warning("%d of %d demonstrations are left out of SFT: %d failed, %d did not solve their task; the first: %s",
+                    len(failed) + len(unsolved), len(episodes), len(failed), len(unsolved), "; ".join(first))  # fmt: skip
+    return [e for e in episodes if e.status == "finished" and e.succeeded]
+
+
 class _CodeJob(main._Job):
     async def run(self) -> dict:
         config, out, started = self.config, self.out, time.perf_counter()
@@ -214,13 +233,14 @@ class _CodeJob(main._Job):
         ]
         if not solvable:
             raise ValueError("no training task has a reference/ fix for the expert's demonstrations: set sft.steps: 0")
-        demos = []
+        episodes = []
         for rep in range(self.config.sft.demos_per_task):
             engine = RolloutEngine(self.gateway, CodeExpert(self.agent, seed=self.config.seed * 1000 + rep),
                                    self.reward, RolloutConfig(group_size=2, concurrency=2))  # fmt: skip
-            demos += [e for e in await asyncio.gather(*(engine.episode(t) for t in solvable)) if e.status == "finished"]
+            episodes += await asyncio.gather(*(engine.episode(t) for t in solvable))
+        demos = solved_demonstrations(episodes)
         if not demos:
-            raise RuntimeError("the scripted expert finished no demonstration: see the errors above")
+            raise RuntimeError("the scripted expert solved no task: see the warning above")
         main._dump(path, demos)
         return demos
 

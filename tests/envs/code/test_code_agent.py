@@ -92,6 +92,23 @@ def test_fix_edits_widen_until_the_search_text_is_unique():
     assert fix_edits(broken, fixed) == [(3, "b\nx\nc\n", "b\ny\nc\n")]
 
 
+@pytest.mark.parametrize(
+    ("broken", "fixed"),
+    [
+        ("x = 1\ny = 2\nx = 1\ny = 2\n", "x = 1\ny = 3\nx = 1\ny = 2\n"),  # a block repeated whole
+        ("a\nb\na\nb\n", "a\nB\na\nb\n"),  # two edits whose widened blocks overlap
+        ("c\nc\nc\n", "c\nC\nC\n"),  # an anchor found twice only when overlapping
+        ("b\na\na\na\nb\na\na\n", "b\na\nA\na\nb\nA\na\n"),
+    ],
+)
+def test_the_experts_edits_apply_through_edit_file_on_files_with_repeated_lines(broken, fixed, task, tmp_path):  # noqa: F811
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    (run.workspace / "consts.py").write_text(broken)
+    for _, search, replace in fix_edits(broken, fixed):
+        assert run.edit_file("consts.py", search, replace) == "edited consts.py"
+    assert (run.workspace / "consts.py").read_text() == fixed
+
+
 def test_a_tampering_agent_is_flagged(task, tmp_path):  # noqa: F811
     # an agent that "fixes" the visible test instead of the code: the edit is dropped and flagged
     run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
@@ -171,3 +188,45 @@ def test_only_an_empty_diff_is_an_abstention(task, tmp_path):  # noqa: F811
     fixed, empty = asyncio.run(code_reward().score_group(episodes))
     assert fixed.flags == [] and fixed.total == 1.0
     assert empty.flags == ["abstention"] and empty.terms["abstention"] == -0.2 and empty.total == -0.2
+
+
+def test_an_edit_keeps_a_crlf_files_line_endings(task, tmp_path):  # noqa: F811
+    spec, folder = task
+    (folder / "repo" / "calc.py").write_bytes(b"X = 1\r\nY = 2\r\nZ = 3\r\n")
+    run = _Run(CodingAgent(), spec.task(folder), tmp_path / "ws")
+    assert run.edit_file("calc.py", "Y = 2\nZ = 3", "Y = 5\nZ = 3") == "edited calc.py"  # as read_file shows it
+    assert (run.workspace / "calc.py").read_bytes() == b"X = 1\r\nY = 5\r\nZ = 3\r\n"
+    assert run.outcome().info["lines_changed"] == 2  # one line out, one in: not every line of the file
+
+
+def test_a_lone_surrogate_in_an_edit_is_refused_and_the_file_kept(task, tmp_path):  # noqa: F811
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    before = (run.workspace / "calc.py").read_bytes()
+    edit = '{"path": "calc.py", "search": "a - b", "replace": "a + b  # \\ud800"}'  # valid JSON, no UTF-8 text
+    result, ok = asyncio.run(run.tools.call("edit_file", edit))
+    assert result == "error: replace holds '\\ud800' at character 9, a lone surrogate no UTF-8 file can hold; " + (
+        "calc.py is unchanged"
+    )
+    assert (run.workspace / "calc.py").read_bytes() == before and run.edited == []
+    created = '{"path": "new.py", "search": "", "replace": "\\udcff"}'
+    assert "replace holds" in asyncio.run(run.tools.call("edit_file", created))[0]
+    assert not (run.workspace / "new.py").exists()
+
+
+def test_an_anchor_that_occurs_twice_overlapping_is_ambiguous(task, tmp_path):  # noqa: F811
+    run = _Run(CodingAgent(), task[0].task(task[1]), tmp_path / "ws")
+    (run.workspace / "cfg.py").write_text("retries = 0\nretries = 0\nretries = 0\n")
+    # "retries = 0\nretries = 0\n" is lines 1-2 and lines 2-3: str.count sees one
+    answer = run.edit_file("cfg.py", "retries = 0\nretries = 0\n", "retries = 0\nretries = 5\n")
+    assert answer.startswith("error: the search text occurs 2 times in cfg.py")
+    assert (run.workspace / "cfg.py").read_text() == "retries = 0\nretries = 0\nretries = 0\n"
+
+
+def test_a_file_that_is_not_utf8_is_named_by_read_and_edit(task, tmp_path):  # noqa: F811
+    spec, folder = task
+    (folder / "repo" / "legacy.py").write_bytes(b"# -*- coding: latin-1 -*-\nNAME = 'caf\xe9'\n")
+    run = _Run(CodingAgent(), spec.task(folder), tmp_path / "ws")
+    why = "legacy.py is not UTF-8 text (byte 0xe9 at offset 37): read_file and edit_file open UTF-8 files only"
+    for name, arguments in (("read_file", '{"path": "legacy.py"}'),
+                            ("edit_file", '{"path": "legacy.py", "search": "NAME", "replace": "TITLE"}')):  # fmt: skip
+        assert asyncio.run(run.tools.call(name, arguments)) == (f"error: {name} raised ValueError: {why}", False)

@@ -2,13 +2,18 @@
 gives that guard (scripts/setup.sh installs bubblewrap; cgroups need root) and is skipped, by name,
 where it does not."""
 
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import harnessrl
 from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.sandbox import Limits
 
@@ -23,6 +28,21 @@ def need(guard: str) -> None:
 
 def py(code: str) -> list[str]:
     return ["python3", "-c", code]
+
+
+def as_a_user(script: str, *args) -> str:
+    """Run a Python `script` as a user whom file modes bind (root, here, without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH through setpriv): its stdout, where it exits 0."""
+    prefix = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root, and no setpriv (util-linux) to run as one whom file modes bind")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    env = {**os.environ, "PYTHONPATH": str(Path(harnessrl.__file__).parents[1])}
+    done = subprocess.run([*prefix, sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_ordinary_command_runs_in_the_workspace(tmp_path):
@@ -58,6 +78,25 @@ def test_fork_bomb_is_capped(tmp_path):
     assert result.survivors == 0
 
 
+def test_the_runs_cgroups_are_children_of_the_callers_own():
+    need("processes")
+    own = {}  # controller ("" for v2) -> this process's cgroup path
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        own |= {controller: path.lstrip("/") for controller in controllers.split(",")}
+    group = sandbox._Cgroup.create("test-nesting", QUICK)  # what `run` makes, and removes after the run
+    try:
+        for folder in group.dirs:  # one at the root would leave the caller's memory limit (here a v1 memory cgroup)
+            controller = (
+                ""
+                if (sandbox.CGROUP_ROOT / "cgroup.controllers").is_file()
+                else folder.relative_to(sandbox.CGROUP_ROOT).parts[0]
+            )
+            assert folder.parent == sandbox.CGROUP_ROOT / controller / own[controller], own
+    finally:
+        group.remove()
+
+
 def test_memory_bomb_fails_inside(tmp_path):
     result = sandbox.run(py("x = bytearray(4 * 1024**3); print('allocated')"), tmp_path, QUICK)
     assert result.exit_code != 0 and "MemoryError" in result.stderr and "allocated" not in result.stdout
@@ -76,6 +115,21 @@ def test_a_run_that_adds_past_the_cap_fails_and_loses_only_what_it_wrote(tmp_pat
     assert 0 < added <= 2 * 1024**2 and (tmp_path / "kept.py").stat().st_size == 3 * 1024**2
     assert (tmp_path / "small.txt").exists()  # written before this run
     assert not sandbox.run(py(fill), tmp_path, Limits(wall_seconds=10, workspace_mb=4)).disk_full  # under the cap
+
+
+LOCKED_FOLDERS = """import sys
+from pathlib import Path
+from harnessrl.envs.code import sandbox
+workspace = Path(sys.argv[1])
+# 3 MiB in a folder made unreadable, a file in one made unsearchable: hidden from the cap, or a crash of its listing
+command = ["sh", "-c", "mkdir d e && head -c 3145728 /dev/zero > d/f && touch e/x && chmod 000 d && chmod 400 e"]
+result = sandbox.run(command, workspace, sandbox.Limits(wall_seconds=10, workspace_mb=1))
+print(result.exit_code, result.disk_full, sorted(str(p.relative_to(workspace)) for p in workspace.rglob("*")))
+"""
+
+
+def test_folders_a_run_locks_are_opened_again_and_counted(tmp_path):
+    assert as_a_user(LOCKED_FOLDERS, tmp_path).split(" ", 2) == ["0", "True", "['d', 'e', 'e/x']\n"]
 
 
 def test_writes_outside_the_workspace_fail(tmp_path):

@@ -3,12 +3,14 @@
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from harnessrl.envs.code.score import MAX_DIFF_CHARS, MAX_FILE_BYTES, changes, score, shadows
 from harnessrl.envs.code.tasks import CodeTask, TaskFormatError, hidden_test_names, load_task, load_tasks
+from tests.envs.code.test_sandbox import as_a_user
 
 BUGGY = 'def add(a: int, b: int) -> int:\n    """Sum of a and b."""\n    return a - b\n'
 FIXED = BUGGY.replace("a - b", "a + b")
@@ -117,6 +119,22 @@ for _fd in [f"/proc/self/fd/{n}" for n in os.listdir("/proc/self/fd")] + ["/proc
             _out.write("\\nHARNESSRL-REPORT " + json.dumps(_line) + "\\n")
         os._exit(0)
 """
+# a package the standard library probes while pytest starts (copy.py: `from org.python.core import PyStringMap`):
+# loaded before the report plugin keeps its copies, it swaps the runner as soon as pytest's modules are there
+EARLY_PACKAGE = """import sys
+
+
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        module = sys.modules.get("_pytest.python")
+        if module is not None and hasattr(module, "Function") and not getattr(module, "_done", False):
+            module._done = True
+            module.Function.runtest = lambda self: None
+        return None
+
+
+sys.meta_path.insert(0, _Finder())
+"""
 TAMPER = {
     "planted conftest.py": (None, {"conftest.py": PLANTED_CONFTEST, "tests/conftest.py": PLANTED_CONFTEST}),
     "edited tests": (None, {"tests/test_calc_hidden.py": "def test_add_negative():\n    pass\n"}),
@@ -142,6 +160,12 @@ TAMPER = {
     ),
     "a plugin registered through gc": (PLUGIN_THROUGH_GC + BUGGY, {}),
     "the nonce read back from stdin": (STOLEN_NONCE + BUGGY, {}),
+    "builtins.repr patched at import": ("import builtins\nbuiltins.repr = lambda o: 'same'\n" + BUGGY, {}),
+    "a package the standard library probes at startup": (None, {"org/__init__.py": EARLY_PACKAGE}),
+    "a user site-packages under HOME": (
+        None,
+        {f".local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/org/__init__.py": EARLY_PACKAGE},
+    ),
 }
 
 
@@ -155,6 +179,8 @@ def test_tamper_routes_score_zero(route, task, tmp_path):
         assert result.invalid and result.failure
     if route == "runtest patched at import":
         assert "tampered with the test runner: ['Function.runtest']" in result.failure
+    if route == "builtins.repr patched at import":  # the hidden tests' same() compares reprs
+        assert result.invalid and "tampered with the test runner: ['builtins.repr']" in result.failure
     if route == "a plugin registered through gc":
         assert "['plugin pass-all registered', 'pytest_pyfunc_call hooks']" in result.failure
     if route in ("a pytest of its own", "a report plugin of its own"):  # dropped: the honest (buggy) code ran
@@ -386,3 +412,62 @@ def test_duplicate_ids_and_a_repo_over_the_workspace_cap_are_refused(task, tmp_p
         f.truncate(257 * 1024**2)  # sparse: no disk used
     with pytest.raises(TaskFormatError, match=r"task/repo: \d+ bytes, over the 256 MiB a workspace may hold"):
         load_task(folder)
+
+
+LOCKED_CHANGES = """import json, os, shutil, sys
+from pathlib import Path
+from harnessrl.envs.code.score import changes
+pristine, workspace = Path(sys.argv[1]) / "repo", Path(sys.argv[1]) / "ws"
+shutil.copytree(pristine, workspace)
+(workspace / "calc.py").write_text(sys.argv[2])
+(workspace / "secret.txt").write_text("x")
+os.chmod(workspace / "secret.txt", 0)  # what the agent's code may leave (where not root): unreadable
+os.chmod(workspace / "tests", 0)
+found = changes(pristine, workspace)
+os.chmod(workspace / "tests", 0o700)
+print(json.dumps([found.applied, found.dropped]))
+"""
+
+
+def test_paths_scoring_cannot_read_are_dropped_and_not_taken_as_deleted(task, tmp_path):
+    applied, dropped = json.loads(as_a_user(LOCKED_CHANGES, task[1], FIXED))
+    assert applied == {"calc.py": "modified"}  # tests/test_calc.py is unseen, not deleted
+    assert dropped == {"tests": "a folder that cannot be read", "secret.txt": "cannot be read (Permission denied)"}
+
+
+NOT_COLLECTED = """import pytest
+from calc import add
+
+
+@pytest.fixture
+def test_inputs():  # a fixture, whatever its name
+    return (1, 2)
+
+
+class TestWithState:  # pytest skips a test class with __init__ (a warning)
+    def __init__(self):
+        self.cases = [(1, 2, 3)]
+
+    def test_cases(self):
+        for a, b, c in self.cases:
+            assert add(a, b) == c
+
+
+def test_gone():
+    pass
+
+
+test_gone = None  # no function any more: pytest collects nothing by this name, the file's text still shows one
+"""
+
+
+def test_fixtures_and_classes_with_init_are_no_tests_and_a_missing_test_is_named(task, tmp_path):
+    spec, folder = task
+    (folder / "hidden" / "tests" / "test_calc_more.py").write_text(NOT_COLLECTED)
+    names = hidden_test_names(folder)
+    assert names == {"test_add_negative", "test_add_zero", "test_add_large", "test_gone"}
+    result = score(spec, folder, workspace(task, tmp_path, FIXED))
+    assert result.failure == "the report names 3 tests, not the 4 hidden ones: missing ['test_gone'], extra []"
+    (folder / "hidden" / "tests" / "test_calc_more.py").write_text(NOT_COLLECTED.split("\n\ndef test_gone")[0])
+    result = score(load_task(folder), folder, tmp_path / "ws")
+    assert (result.passed, result.total, result.failure, result.invalid) == (3, 3, None, False), result

@@ -16,21 +16,26 @@ from pathlib import Path
 
 import openai
 
-from harnessrl.envs.code.harness import CodingAgent, _Run
+from harnessrl.envs.code.harness import CodingAgent, _Run, occurrences
 from harnessrl.types import Outcome, Task
 
 
 def fix_edits(broken: str, fixed: str) -> list[tuple[int, str, str]]:
-    """(first line, search, replace) for each changed block of whole lines that turns `broken` into `fixed`."""
+    """(first line, search, replace) for each changed block of whole lines that turns `broken` into `fixed`, in
+    order: each is read off the text as the edits before it left it, widened by a line each side until its search
+    text occurs once there (overlapping occurrences counted, as edit_file counts them)."""
     old, new = broken.splitlines(keepends=True), fixed.splitlines(keepends=True)
-    edits = []
+    text, shift, edits = list(old), 0, []  # text: the file after the edits so far; shift: its lines moved since
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        while broken.count("".join(old[i1:i2])) != 1 and (i1 > 0 or i2 < len(old)):  # widen until unique
-            before, after = int(i1 > 0), int(i2 < len(old))
-            i1, i2, j1, j2 = i1 - before, i2 + after, j1 - before, j2 + after
-        edits.append((i1 + 1, "".join(old[i1:i2]), "".join(new[j1:j2])))
+        start, end = a, b = i1 + shift, i2 + shift  # the block in `text`; a..b widens around it
+        while occurrences("".join(text), "".join(text[a:b])) != 1 and (a > 0 or b < len(text)):
+            a, b = a - (a > 0), b + (b < len(text))
+        replace = [*text[a:start], *new[j1:j2], *text[end:b]]
+        edits.append((a + 1, "".join(text[a:b]), "".join(replace)))
+        text[a:b] = replace
+        shift += (j2 - j1) - (i2 - i1)
     return edits
 
 

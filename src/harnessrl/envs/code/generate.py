@@ -134,6 +134,17 @@ def _functions(library: Path) -> Iterator[_Function]:
                 yield _Function(path.stem, node.name, source, doc.split("\n\n")[0].strip(), examples)
 
 
+def _literal_example(fn: _Function) -> tuple[str, object] | None:
+    """The first docstring example whose expected value is a Python literal (the impossible task contradicts it), with
+    that value; None where there is none (`datetime.date(2024, 2, 29)` is a call, no literal)."""
+    for call, expected in fn.examples:
+        try:
+            return call, ast.literal_eval(expected)
+        except (ValueError, SyntaxError):
+            continue
+    return None
+
+
 def _tests_of(path: Path) -> str:
     """A library test file as the task's (normalised by the AST round trip)."""
     return ast.unparse(ast.parse(path.read_text())) + "\n"
@@ -156,8 +167,8 @@ def _write(folder: Path, fn: _Function, source: str, library: Path, impossible: 
     (repo / "tests" / f"test_{fn.module}.py").write_text(_tests_of(library / "tests_visible" / f"test_{fn.module}.py"))
     hidden_tests = _tests_of(library / "tests_hidden" / f"test_{fn.module}.py")
     if impossible:
-        call, expected = fn.examples[0]
-        wrong = perturb(ast.literal_eval(expected))
+        call, value = _literal_example(fn)
+        wrong = perturb(value)
         hidden_tests += f"\n\ndef test_{fn.name}_issue_example():\n    same({call}, {wrong!r})\n"
     (hidden / f"test_{fn.module}_hidden.py").write_text(hidden_tests)
 
@@ -232,8 +243,8 @@ def _save(out, kept, library, rng, impossible_share, test_share, candidates, rej
         for fn, *_ in kept
         if int(hashlib.sha256(f"{fn.module}.{fn.name}".encode()).hexdigest(), 16) % 100 < test_share * 100
     }
-    with_example = [i for i, (fn, *_) in enumerate(kept) if fn.examples]
-    impossible = set(rng.sample(with_example, round(len(kept) * impossible_share))) if with_example else set()
+    with_example = [i for i, (fn, *_) in enumerate(kept) if _literal_example(fn)]
+    impossible = set(rng.sample(with_example, min(round(len(kept) * impossible_share), len(with_example))))
     tasks = []
     for i, (fn, muts, mutant, difficulty, failing, targets) in enumerate(kept):
         task_id = f"{fn.module}.{fn.name}.{'+'.join(f'{m.kind}@{m.line}' for m in muts)}"

@@ -98,7 +98,7 @@ class _Run:
 
     def read_file(self, path: str, start: int = 1, end: int | None = None) -> str:
         """Read lines start..end of a file (numbered)."""
-        lines = self._path(path).read_text().splitlines()
+        lines = _read_text(self._path(path), path).splitlines()
         end = min(end or len(lines), len(lines), start + _MAX_LINES - 1)
         return "\n".join(f"{n}: {_cut(lines[n - 1])}" for n in range(max(start, 1), end + 1)) or "(no lines)"
 
@@ -119,20 +119,30 @@ class _Run:
     def edit_file(self, path: str, search: str, replace: str) -> str:
         """Replace the exact text `search` (it must occur once) with `replace` in a file."""
         target = self._path(path, must_exist=False)
+        for name, value in (("search", search), ("replace", replace)):
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:  # JSON's "\ud800"
+                char = value[exc.start]
+                return f"error: {name} holds {char!r} at character {exc.start}, a lone surrogate no UTF-8 file can hold; {path} is unchanged"
         if not target.exists():
             if search:
                 return f"error: {path} does not exist (to create it, pass an empty search)"
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(replace)
+            target.write_bytes(replace.encode())
         else:
-            text = target.read_text()
-            found = text.count(search) if search else 0
+            text = _read_text(target, path)
+            crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")  # edited as \n, written back as \r\n
+            if crlf:
+                text, search, replace = (t.replace("\r\n", "\n") for t in (text, search, replace))
+            found = occurrences(text, search) if search else 0
             if found != 1:
                 why = "is empty" if not search else "was not found" if not found else f"occurs {found} times"
                 return f"error: the search text {why} in {path}; copy it exactly from read_file, with enough lines to be unique"
             if replace == search:
                 return f"error: replace is the same as search, so {path} is unchanged; replace holds the corrected text"
-            target.write_text(text.replace(search, replace, 1))
+            text = text.replace(search, replace, 1)
+            target.write_bytes((text.replace("\n", "\r\n") if crlf else text).encode())
         self.edited.append(str(target.relative_to(self.workspace)))
         return f"edited {path}"
 
@@ -217,6 +227,25 @@ class _Run:
         if target.exists() and not target.is_file():  # a folder, or a FIFO the agent's code made: never opened
             raise ValueError(f"{path} is not a regular file")
         return target
+
+
+def occurrences(text: str, search: str) -> int:
+    r"""How often `search` occurs in `text`, overlapping occurrences too (`str.count` sees one "x\nx\n" in "x\nx\nx\n")."""
+    found, at = 0, text.find(search)
+    while at != -1:
+        found, at = found + 1, text.find(search, at + 1)
+    return found
+
+
+def _read_text(target: Path, path: str) -> str:
+    r"""A file's text as it is on disk: UTF-8, its line endings untouched (read_text would turn \r\n into \n)."""
+    try:
+        return target.read_bytes().decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): read_file and "
+            "edit_file open UTF-8 files only"
+        ) from None
 
 
 def _cut(line: str) -> str:

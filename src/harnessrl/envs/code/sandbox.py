@@ -9,7 +9,7 @@ Each guard uses the best mechanism the machine allows and is reported by name in
 | network | bubblewrap `--unshare-net`: a network namespace with only its own loopback | `unshare --net` (util-linux), else off |
 | writes | bubblewrap: the workspace read-write, a private `/tmp`, no capabilities (user namespace, uid 1000) | off |
 | reads | bubblewrap: only system folders and this Python are mounted (read-only), never other files of the machine; harnessrl's own package (its reference solutions) hidden under an empty tmpfs where it is installed there | off |
-| memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable | rlimit only |
+| memory | `RLIMIT_AS` (prlimit), plus the memory cgroup's limit where cgroups are writable (a child of the caller's own cgroup) | rlimit only |
 | processes | the pids cgroup's `pids.max` | off (`RLIMIT_NPROC` does not bind root) |
 
 CPU time is always capped (`RLIMIT_CPU`) and file size (`RLIMIT_FSIZE`); `Limits.workspace_mb` caps what the
@@ -31,6 +31,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,7 @@ def run(
     }
     before = listing(workspace) if limits.workspace_mb else {}  # the cap is on what the run adds
     started = time.monotonic()
+    since = time.time_ns() - 1_000_000_000  # a second early: ctimes come from the kernel's coarse clock
     # stdin is a pipe, not a file: once the command has read it, it is empty for code that opens it again
     # through /proc/1/fd/0 (bwrap's init keeps a copy; the scoring run's nonce travels there)
     reader, writer = os.pipe()
@@ -137,28 +139,46 @@ def run(
         stdout, stderr = _tail(out), _tail(err)
     if cgroup:
         cgroup.remove()
-    grown = _trim_workspace(workspace, before, limits.workspace_mb * 1024 * 1024) if limits.workspace_mb else 0
+    grown = _trim_workspace(workspace, before, limits.workspace_mb * 1024**2, since) if limits.workspace_mb else 0
     if grown:
         stderr += f"\nsandbox: the run added {grown} bytes to the workspace, over the {limits.workspace_mb} MiB it may "
         stderr += "add: files it wrote were removed, largest first"
     return SandboxResult(exit_code, timed_out, survivors, guards, stdout, stderr, seconds, disk_full=bool(grown))
 
 
-def listing(workspace: Path) -> dict[str, tuple[int, int]]:
-    """Each file under the workspace (links never followed, not even read): its size and modification time."""
+def listing(workspace: Path, reopen_since: int | None = None) -> dict[str, tuple[int, int]]:
+    """Each file under the workspace (links never followed, not even read): its size and modification time.
+    A folder it cannot list is an error, never skipped (its files would escape the workspace cap). With
+    `reopen_since` (ns, a run's start), a folder changed since then that its owner may not list is opened again
+    for the owner first: where not root, a run that locked a folder hid what it wrote, or crashed the listing."""
     found = {}
-    for folder, _, names in os.walk(workspace):
+    if reopen_since is not None:
+        _reopen(str(workspace), reopen_since)
+    for folder, dirs, names in os.walk(workspace, onerror=_raise):  # top-down: a folder is reopened before listed
+        for name in dirs if reopen_since is not None else ():
+            _reopen(os.path.join(folder, name), reopen_since)
         for name in names:
             info = os.lstat(path := os.path.join(folder, name))
             found[path] = (info.st_size, info.st_mtime_ns)
     return found
 
 
-def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int) -> int:
+def _reopen(path: str, since: int) -> None:
+    """Owner rwx on a folder (never a link) changed since `since` that lacks it: only what the run itself locked."""
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode) and info.st_ctime_ns >= since and info.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.chmod(path, info.st_mode | stat.S_IRWXU)
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _trim_workspace(workspace: Path, before: dict[str, tuple[int, int]], cap: int, since: int) -> int:
     """The bytes the run added to the workspace (its `before` listing) where over `cap` (0 otherwise), after
     removing the files the run wrote (new or changed: a project file the run rewrote among them), largest first,
     until it is under the cap: files the run left untouched are never removed, even where they alone pass the cap."""
-    after = listing(workspace)
+    after = listing(workspace, reopen_since=since)  # folders the run locked opened again (where not root)
     grown = added = sum(size for size, _ in after.values()) - sum(size for size, _ in before.values())
     if grown <= cap:
         return 0
@@ -264,7 +284,8 @@ def _prlimit(limits: Limits) -> list[str]:
 
 
 class _Cgroup:
-    """A fresh cgroup with pids.max and a memory limit: one directory per controller (v1) or one (v2)."""
+    """A fresh cgroup with pids.max and a memory limit: one directory per controller (v1) or one (v2), each a
+    child of the caller's own cgroup (one at the hierarchy's root would leave the caller's memory limit)."""
 
     def __init__(self, dirs: list[Path]):
         self.dirs = dirs
@@ -274,22 +295,30 @@ class _Cgroup:
         memory = str(limits.memory_mb * 1024 * 1024)
         try:
             if (CGROUP_ROOT / "cgroup.controllers").is_file():  # v2: one tree
-                parent = CGROUP_ROOT / "harnessrl"
-                parent.mkdir(exist_ok=True)
-                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
-                (parent / "cgroup.subtree_control").write_text("+pids +memory")
-                group = parent / name
+                parent = own_cgroup("")
+                try:
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                except OSError as exc:  # the root's children then, as before: outside the caller's memory limit
+                    _warn_once(
+                        f"sandbox: this process's cgroup {parent} cannot have children with pids and memory limits "
+                        f"({exc.strerror}: under cgroup v2 only a cgroup holding no process can), so the runs' cgroups "
+                        f"go under {CGROUP_ROOT / 'harnessrl'}, outside this process's memory limit"
+                    )
+                    parent = CGROUP_ROOT / "harnessrl"
+                    parent.mkdir(exist_ok=True)
+                    (CGROUP_ROOT / "cgroup.subtree_control").write_text("+pids +memory")
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                group = parent / f"harnessrl-{name}"
                 group.mkdir()
                 (group / "pids.max").write_text(str(limits.processes))
                 (group / "memory.max").write_text(memory)
                 return cls([group])
-            pids, mem = CGROUP_ROOT / "pids" / "harnessrl" / name, CGROUP_ROOT / "memory" / "harnessrl" / name
+            pids, mem = (own_cgroup(controller) / f"harnessrl-{name}" for controller in ("pids", "memory"))
             for group in (pids, mem):
-                group.parent.mkdir(exist_ok=True)  # FileNotFoundError where the controller is not mounted
-                group.mkdir()
+                group.mkdir()  # FileNotFoundError where the controller is not mounted
                 if not (group / "cgroup.procs").is_file():  # a plain directory, not a cgroup file system
                     group.rmdir()
-                    raise OSError(f"{group.parent.parent} is not a cgroup hierarchy")
+                    raise OSError(f"{group.parent} is not a cgroup hierarchy")
             (pids / "pids.max").write_text(str(limits.processes))
             (mem / "memory.limit_in_bytes").write_text(memory)
             return cls([pids, mem])
@@ -307,6 +336,17 @@ class _Cgroup:
                 group.rmdir()
             except OSError as exc:  # still populated: the survivors were reported
                 log.warning("sandbox: cgroup %s left behind: %s", group, exc)
+
+
+def own_cgroup(controller: str) -> Path:
+    """This process's cgroup folder for a v1 `controller`, or in the v2 tree (""), from /proc/self/cgroup; the
+    mount's root where that path is not under it (a container that mounts its own cgroup as the root)."""
+    mount = CGROUP_ROOT / controller
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (controller in controllers.split(",")) if controller else controllers == "":
+            return own if (own := mount / path.lstrip("/")).is_dir() else mount
+    raise OSError(f"/proc/self/cgroup names no {controller or 'v2'} cgroup of this process")
 
 
 def _cgroup_join(cgroup: _Cgroup | None) -> list[str]:

@@ -7,7 +7,8 @@
    dropped (and listed).
 2. The rest is applied to a fresh copy of repo/, the hidden tests are laid over it, and pytest runs
    there in a new sandbox with plugin autoload off, no conftest, our own config file and only our
-   report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH), tracebacks, captured
+   report plugin (`harnessrl_report`, first on the path under PYTHONSAFEPATH; the repo goes on the path only
+   when collection begins, so none of its code runs while pytest starts), tracebacks, captured
    output and warnings off (so the report line is not pushed out of the kept output by honest failures).
 3. The report travels on stdout under a nonce the plugin reads from stdin when pytest imports it,
    before any test module, and then points stdin at /dev/null (so it is in no file, argument,
@@ -45,7 +46,7 @@ from harnessrl.envs.code import sandbox
 from harnessrl.envs.code.tasks import TEST_PATH, CodeTask, hidden_test_names
 
 PLUGIN = '''"""harnessrl's pytest report: one line on the real stdout, under the nonce read from stdin."""
-import json, os, sys
+import builtins, json, os, sys
 
 import _pytest.python, _pytest.reports, _pytest.runner
 
@@ -65,6 +66,14 @@ def _now():
     return {name: vars(owner).get(attr) for name, (owner, attr) in _GUARDED.items()}
 
 
+def _foreign(guarded):
+    """The guarded functions not defined in pytest's own files: swapped before this plugin was imported."""
+    home = os.path.dirname(_pytest.python.__file__) + os.sep
+    code = lambda f: getattr(getattr(f, "__func__", f), "__code__", None)  # noqa: E731  (classmethods too)
+    return {f"{name} defined outside _pytest" for name, f in guarded.items()
+            if code(f) is None or not code(f).co_filename.startswith(home)}
+
+
 def _hooks():
     """Every hook's caller and implementations: a plugin the tested code registers (found through
     gc.get_objects(), its pytest_pyfunc_call passing every test) or an implementation it slips in changes them."""
@@ -77,11 +86,16 @@ def _check():
         now, then = _hooks(), _state["hooks"]
         changed = [name for name in now.keys() | then.keys() if now.get(name) != then.get(name)]
         _state["tampered"].update(f"{name} hooks" for name in changed)
+        # a builtin replaced or removed (`builtins.repr = lambda o: "same"` defeats a test's repr comparison);
+        # one added is no threat (gettext.install() adds `_`)
+        present = vars(builtins)
+        _state["tampered"].update(f"builtins.{name}" for name, value in _state["builtins"].items()
+                                  if present.get(name, _check) is not value)
 
 
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
-_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now(),
-          "tampered": set()}
+_state = {"nonce": sys.stdin.readline().strip(), "out": os.fdopen(os.dup(1), "w"), "tests": {}, "guarded": _now()}
+_state["tampered"] = _foreign(_state["guarded"])
 # then stdin is /dev/null: pytest's capture, which starts later, saves a copy of fd 0 that the tested code could
 # read again through /proc/self/fd; now that copy is of /dev/null
 _null = os.open(os.devnull, os.O_RDONLY)
@@ -93,6 +107,10 @@ sys.stdin = open(os.devnull)
 def pytest_collection(session):  # the last moment before any tested code is imported
     _state["manager"] = session.config.pluginmanager
     _state["hooks"] = _hooks()
+    _state["builtins"] = dict(vars(builtins))
+    # only now the tested repo goes on the path: on it from the start, a package the standard library probes
+    # while pytest starts (copy.py's `org.python.core`) would run before the copies above were kept
+    sys.path.insert(0, str(session.config.rootpath))
 
 
 def pytest_plugin_registered(plugin, manager):  # (plugin_name arrived in pytest 8.1)
@@ -167,12 +185,16 @@ def changes(pristine: Path, workspace: Path) -> Changes:
     MAX_FILE_BYTES, changes past MAX_DIFF_CHARS of diff: the agent's code can write anything while tests run).
     `.py` files come first, so files of other kinds cannot crowd a fix out of the diff."""
     result = Changes()
-    before, after = _files(pristine), _files(workspace)
+    unread: list[str] = []  # folders of the workspace it may not list (made so by the agent's code, where not root)
+    before, after = _files(pristine), _files(workspace, unread)
+    result.dropped |= {_utf8(folder): "a folder that cannot be read" for folder in unread}
     diff: list[str] = []
     chars = 0
     for path in sorted(set(before) | set(after), key=lambda p: (not p.endswith(".py"), p)):  # code first
         old, new = before.get(path), after.get(path)
-        if new is not None and (odd := _not_regular(new)):
+        if any(folder == "." or path.startswith(f"{folder}/") for folder in unread):  # unseen, so not deleted
+            continue
+        if new is not None and (odd := _not_regular(new) or _unreadable(new)):
             result.dropped[_utf8(path)] = odd
             continue
         if old is not None and new is not None and _same(old, new):
@@ -247,8 +269,10 @@ def _run_hidden(
             "--noconftest", "-p", "harnessrl_report", "-q", "--tb=no", "--show-capture=no", "-rN",
             "--disable-warnings", *tests,
         ]  # fmt: skip
-        # PYTHONSAFEPATH: `-m` does not put the repo first on the path; the plugin's folder comes first
-        env = {"PYTHONPATH": f"{support}:{root}", "PYTHONSAFEPATH": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        # the repo is on no path until the plugin puts it there at collection (PYTHONSAFEPATH: `-m` does not put
+        # it first; PYTHONNOUSERSITE: HOME is the repo, so no site-packages of its own under .local)
+        env = {"PYTHONPATH": str(support), "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # fmt: skip
         return sandbox.run(command, root, limits, env=env, stdin=nonce + "\n", read_only=[support]), nonce
 
 
@@ -291,8 +315,11 @@ def _read_report(run: sandbox.SandboxResult, nonce: str, expected: set[str], tar
     if isinstance(tests, dict) and tests.get("<collection>") == "error" and report.get("exitstatus") == run.exit_code:
         return failed("the hidden tests could not be collected (the module does not import?)", invalid=False)
     if not isinstance(tests, dict) or set(tests) != expected:
-        extra = sorted(set(tests or {}) - expected)[:3]
-        return failed(f"the report names {len(tests or {})} tests, not the {len(expected)} hidden ones {extra}")
+        named = set(tests) if isinstance(tests, dict) else set()
+        missing, extra = sorted(expected - named)[:3], sorted(named - expected)[:3]
+        return failed(
+            f"the report names {len(named)} tests, not the {len(expected)} hidden ones: missing {missing}, extra {extra}"
+        )
     if not set(tests.values()) <= OUTCOMES:
         return failed(f"unknown outcomes in the report: {sorted(set(tests.values()) - OUTCOMES)}")
     exit_zero = all(v in ("passed", "skipped") for v in tests.values())  # pytest exits 0 on skips and xfails too
@@ -361,6 +388,15 @@ def _not_regular(path: Path) -> str | None:
     return "symlink" if stat.S_ISLNK(mode) else None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _unreadable(path: Path) -> str | None:
+    """Why a regular file cannot be read (made so by the agent's code, where not root), or None."""
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
 def too_big(path: Path) -> str | None:
     """Why a regular file is too big to read (over MAX_FILE_BYTES), or None."""
     size = path.stat().st_size
@@ -381,10 +417,16 @@ def _utf8(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _files(root: Path) -> dict[str, Path]:
-    """Files, links (to files or folders, never followed) and other entries under root, by relative path."""
+def _files(root: Path, unread: list[str] | None = None) -> dict[str, Path]:
+    """Files, links (to files or folders, never followed) and other entries under root, by relative path; the
+    folders it cannot list go to `unread` (relative paths too)."""
+
+    def skipped(error: OSError) -> None:
+        if unread is not None:
+            unread.append(os.path.relpath(error.filename, root))
+
     found = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(root, onerror=skipped):
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
             path = Path(folder) / name
             found[str(path.relative_to(root))] = path

@@ -130,19 +130,31 @@ def hidden_test_kinds(folder: Path) -> dict[str, bool]:
 
 
 def _tests(body: list[ast.stmt]) -> list[tuple[str, bool]]:
-    """What pytest collects from a module's or class's body: `test*` functions and the tests of its `Test*`
-    classes and unittest.TestCase subclasses (whatever their names), with those inherited from classes beside them."""
+    """What pytest collects from a module's or class's body: `test*` functions (not fixtures) and the tests of its
+    `Test*` classes (not one with an `__init__`, which pytest skips) and unittest.TestCase subclasses (whatever their
+    names), with those inherited from classes beside them."""
     classes = {node.name: node for node in body if isinstance(node, ast.ClassDef)}
     found = []
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-            found.append((node.name, isinstance(node, ast.AsyncFunctionDef)))
+            if not any(_name(d.func if isinstance(d, ast.Call) else d) == "fixture" for d in node.decorator_list):
+                found.append((node.name, isinstance(node, ast.AsyncFunctionDef)))
         elif isinstance(node, ast.ClassDef):
             family = [node, *_bases(node, classes)]
-            names = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for c in family for b in c.bases]
-            if node.name.startswith("Test") or any(name.endswith("TestCase") for name in names):
+            if any(_name(b).endswith("TestCase") for c in family for b in c.bases):
+                found += [test for c in family for test in _tests(c.body)]
+            elif node.name.startswith("Test") and not any(_defines(c, "__init__", "__new__") for c in family):
                 found += [test for c in family for test in _tests(c.body)]
     return found
+
+
+def _name(node: ast.expr) -> str:
+    """The name a base class or decorator is written with (`TestCase`, `unittest.TestCase`: both `TestCase`)."""
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+
+
+def _defines(node: ast.ClassDef, *names: str) -> bool:
+    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in names for n in node.body)
 
 
 def _bases(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
