@@ -211,6 +211,9 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path):
         (("probe", "--decisions", episodes, "--items", "5"), "--items: for the skill probes"),
         (("probe", "--record-grid", "--context", "0,512"), "two grids"),
         (("report", tmp_path, "--registry", tmp_path), "give no RUN folder"),
+        (("train", "--resume", tmp_path, "--out", tmp_path / "b"), "--out"),  # it went on in the --resume folder
+        (("probe", "--context", "0,-5"), "--context"),  # before any model loads (it probed with no context at -5)
+        (("probe", "--context", "0,x"), "--context"),
     ]:
         done = cli(*args)
         assert done.exit_code == 2 and named in done.stderr, done.stderr

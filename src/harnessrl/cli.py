@@ -196,6 +196,14 @@ def probe(
         _fail(f"{', '.join(given)}: for the skill probes, not with --decisions (it scores the recorded calls)")
     if record_grid and context:
         _fail("--record-grid and --context are two grids: give one")
+    try:
+        lengths = [int(n) for n in context.split(",")] if context else []
+    except ValueError:
+        lengths = [-1]
+    if any(n < 0 for n in lengths):
+        raise typer.BadParameter(
+            f"{context!r}: comma-separated token counts of 0 or more, e.g. 0,512,1024", param_hint="--context"
+        )
     episodes = None
     if decisions is not None:
         try:
@@ -211,13 +219,7 @@ def probe(
                 _fail(f"--decisions {decisions}: {exc}")
         elif record_grid:
             scores = probes.record_grid(policy, items=items, seed=seed, temperature=temperature)
-        elif context:
-            try:
-                lengths = [int(n) for n in context.split(",")]
-            except ValueError:
-                raise typer.BadParameter(
-                    f"{context!r}: comma-separated token counts, e.g. 0,512,1024", param_hint="--context"
-                ) from None
+        elif lengths:
             scores = probes.context_grid(policy, items=items, seed=seed, lengths=lengths, temperature=temperature)
         else:
             scores = probes.probe(policy, items_per_skill=items, seed=seed, temperature=temperature)
@@ -283,6 +285,7 @@ def save_model(
 
 @app.command()
 def train(
+    ctx: typer.Context,
     config: Path | None = typer.Argument(None, help="YAML job config; none = the embedded default"),
     corpus: Path | None = typer.Option(None, help="corpus.jsonl: {id, text, title?} per line"),
     tasks: Path | None = typer.Option(None, help="tasks.jsonl: {id, question, answer, gold_doc_ids, split} per line"),
@@ -318,10 +321,12 @@ def train(
 
     try:
         if resume is not None:
-            if any(x is not None for x in (config, corpus, tasks, model, tool_format, warm_start)):
+            if any(x is not None for x in (config, corpus, tasks, model, tool_format, warm_start)) or _given(
+                ctx, "out"
+            ):
                 raise ValueError(
-                    "--resume continues a run with its own config.yaml: give no CONFIG, --corpus, --tasks, --model, "
-                    "--tool-format or --warm-start"
+                    "--resume continues a run with its own config.yaml, in its own folder: give no CONFIG, --corpus, "
+                    "--tasks, --model, --tool-format, --warm-start or --out"
                 )
             job = JobConfig.load_run(resume)
             out, summary = resume, job_module(job).resume(resume)
