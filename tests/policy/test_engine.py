@@ -330,6 +330,23 @@ def test_a_step_that_outlasts_close_fails_its_rows_when_it_ends():
         hook.remove()
 
 
+def test_close_fails_what_an_engine_thread_that_died_held():
+    """A thread killed by an error (a bug in admission here) failed nothing, and close() left its requests waiting."""
+    from harnessrl.policy import Policy
+
+    engine = Policy.load("tiny").engine
+
+    def broken():
+        raise RuntimeError("a bug in admission")
+
+    engine._take_pending = broken  # the thread dies at its next admission
+    waiting = engine.submit([5, 6, 7], SamplingParams(max_tokens=5))
+    engine._thread.join(timeout=60)
+    assert not engine._thread.is_alive() and not waiting.done()
+    engine.close(timeout=1)
+    assert str(waiting.exception(timeout=5)) == "engine closed before the completion finished"
+
+
 @pytest.mark.parametrize(
     "field, value",
     [

@@ -43,7 +43,7 @@ import numbers
 import threading
 import time
 from collections import OrderedDict, deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -241,6 +241,10 @@ class Engine:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout=timeout)
+        if not self._thread.is_alive():  # a thread that died of an error failed nothing: what it held fails here
+            with self._wake:
+                closed = RuntimeError("engine closed before the completion finished")
+                self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -269,8 +273,11 @@ class Engine:
     @staticmethod
     def _fail(rows: list[_Row], exc: BaseException) -> None:
         for row in rows:
-            if not row.future.done():
-                row.future.set_exception(exc)
+            try:
+                if not row.future.done():
+                    row.future.set_exception(exc)
+            except InvalidStateError:  # its caller cancelled it in between: nothing to tell
+                pass
 
     def _take_pending(self) -> list[_Row]:
         live = sum(not r.future.done() for r in self._rows)  # finished rows riding along leave at the next join

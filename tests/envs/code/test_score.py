@@ -471,3 +471,22 @@ def test_fixtures_and_classes_with_init_are_no_tests_and_a_missing_test_is_named
     (folder / "hidden" / "tests" / "test_calc_more.py").write_text(NOT_COLLECTED.split("\n\ndef test_gone")[0])
     result = score(load_task(folder), folder, tmp_path / "ws")
     assert (result.passed, result.total, result.failure, result.invalid) == (3, 3, None, False), result
+
+
+SUBPROCESS = """import subprocess
+import sys
+
+
+def test_add_from_the_command_line():
+    done = subprocess.run([sys.executable, "-c", "from calc import add; print(add(2, 3))"], capture_output=True, text=True)
+    assert done.stdout == "5\\n", done.stderr
+"""
+
+
+def test_a_hidden_test_that_starts_python_finds_the_repo(task, tmp_path):
+    """The repo went on the path at collection only in the scoring process: a test's own `python -c` could not
+    import it, and a correct fix failed."""
+    spec, folder = task
+    (folder / "hidden" / "tests" / "test_calc_cli.py").write_text(SUBPROCESS)
+    result = score(load_task(folder), folder, workspace(task, tmp_path, FIXED))
+    assert (result.passed, result.total, result.failure, result.invalid) == (4, 4, None, False), result

@@ -70,8 +70,8 @@ def _foreign(guarded):
     """The guarded functions not defined in pytest's own files: swapped before this plugin was imported."""
     home = os.path.dirname(_pytest.python.__file__) + os.sep
     code = lambda f: getattr(getattr(f, "__func__", f), "__code__", None)  # noqa: E731  (classmethods too)
-    return {f"{name} defined outside _pytest" for name, f in guarded.items()
-            if code(f) is None or not code(f).co_filename.startswith(home)}
+    return {f"{name} defined outside _pytest" for name, f in guarded.items()  # None: one this pytest lacks
+            if f is not None and (code(f) is None or not code(f).co_filename.startswith(home))}
 
 
 def _hooks():
@@ -111,6 +111,8 @@ def pytest_collection(session):  # the last moment before any tested code is imp
     # only now the tested repo goes on the path: on it from the start, a package the standard library probes
     # while pytest starts (copy.py's `org.python.core`) would run before the copies above were kept
     sys.path.insert(0, str(session.config.rootpath))
+    # and for the processes the tests start (`python -m pkg`): PYTHONSAFEPATH keeps their working folder off the path
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(session.config.rootpath), os.environ.get("PYTHONPATH", "")])
 
 
 def pytest_plugin_registered(plugin, manager):  # (plugin_name arrived in pytest 8.1)
