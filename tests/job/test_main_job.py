@@ -640,6 +640,18 @@ def test_a_resumed_run_validates_and_chooses_only_weights_of_updates_it_kept(tmp
         assert all(torch.equal(best[k], kept[k]) for k in best)
 
 
+def test_sft_whose_every_step_is_skipped_stops_naming_the_rate(tmp_path):
+    """A skipped step (a loss that was not finite) raised KeyError; drawing the next batch instead, a run whose every
+    batch is skipped would go on forever."""
+    config = yaml.safe_load(MINIMAL)
+    config["sft"] |= {"steps": 30, "lr": 1.0e30, "schedule": "constant"}
+    config["rl"]["updates"], config["budget_seconds"] = 0, None
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "-m", "harnessrl", "train", tmp_path / "job.yaml", "--out", tmp_path / "r"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 2 and "10 batches in a row at step 1" in done.stderr and "sft.lr" in done.stderr
+
+
 def test_a_mistyped_model_or_tool_format_fails_before_the_run_folder_holds_a_config(tmp_path):
     for args, named in [
         (("--model", "tiny-bsae"), "--model / model:"),

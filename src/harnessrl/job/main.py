@@ -73,6 +73,7 @@ ADMIN = "harnessrl-job-admin"
 # seconds vary 0.35-1.8x the mean, the mean of 14 steps 0.80-1.36x (2026-12-07, a 2-core Zen 3; the machine's own
 # speed drifts too), so the plan is good to about a third and RL's budget takes up the rest
 PACE_STEPS = 10
+MAX_SKIPPED = 10  # SFT batches in a row whose step was skipped (a loss that was not finite) before the job gives up
 
 
 def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
@@ -401,6 +402,7 @@ class _Job:
             reason = f" ({len(failed)} failed; the first: {failed[0].failure_reason})" if failed else ""
             raise ValueError(f"{self.out / 'demos.jsonl'}: no demonstration has a completion to train on{reason}")
         paces: list[float] = []  # this start's seconds per step
+        skipped = 0  # batches in a row that made no step
         with _bar("sft", self.progress) as bar:
             job = bar.add_task("sft", total=steps, completed=trainer.step, status="")
             while trainer.step < steps:
@@ -417,7 +419,12 @@ class _Job:
                     steps = plan["steps"]
                     bar.update(job, total=steps)
                 if "loss/sft" not in metrics:  # skipped (a loss that was not finite): no step; the next batch is drawn
+                    skipped += 1
+                    if skipped == MAX_SKIPPED:
+                        raise ValueError(f"sft: {skipped} batches in a row at step {trainer.step} had a loss or gradient "
+                                           f"that was not finite: lower sft.lr ({cfg.lr}) or check the demonstrations")  # fmt: skip
                     continue
+                skipped = 0
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
                 if trainer.step % cfg.save_every == 0 or trainer.step == steps:
                     trainer.save(checkpoints, cursor={"draws": draws})

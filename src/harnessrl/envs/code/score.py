@@ -91,6 +91,20 @@ def _check():
         present = vars(builtins)
         _state["tampered"].update(f"builtins.{name}" for name, value in _state["builtins"].items()
                                   if present.get(name, _check) is not value)
+        # or a test module's own global of a builtin's name set or changed (sys._getframe(1).f_globals["repr"] = ...)
+        for module, then in _state.get("modules", []):
+            now = _shadowing(module)
+            _state["tampered"].update(f"{module.__name__}.{name} (a builtin's name)" for name in now.keys() | then.keys()
+                                      if now.get(name, _check) is not then.get(name, _check))
+
+
+def _shadowing(module):
+    return {name: value for name, value in vars(module).items() if name in _state["builtins"]}
+
+
+def pytest_collection_finish(session):  # the test modules' globals of builtins' names, as their files made them
+    modules = {id(m): m for m in (item.getparent(_pytest.python.Module) for item in session.items) if m is not None}
+    _state["modules"] = [(m.obj, _shadowing(m.obj)) for m in modules.values()]
 
 
 # read when -p imports this module, before pytest's capture swaps stdin and stdout
