@@ -293,7 +293,9 @@ class Mixture:
         style = self.rng.randrange(3)
         if style == 0:
             listing = "\n".join(f"{i + 1}. {x}" for i, x in enumerate(items))
-        else:  # a comma list only where items cannot hold commas
+        else:  # a comma list only where items cannot hold commas. NB `draw is self.name` never holds (each access
+            # makes a new bound method), so no list is a comma list: tiny-base (v5) was pretrained on this data, and
+            # `==` would change it; kept until the next base is pretrained
             listing = ", ".join(items) if style == 2 and draw is self.name else "\n".join(f"- {x}" for x in items)
         ask, value = self.rng.choice(_LIST_ASKS).format(t=name, p=param), self.value()
         if shared:
