@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from harnessrl.gateway import GatewayClient, create_app
@@ -187,3 +188,12 @@ def test_a_file_harness_with_dataclasses_loads_once_and_shares_its_module_with_i
     (tmp_path / "h.py").write_text("def score(episode):\n    return 2\n")  # edited: run again at the next cycle
     os.utime(tmp_path / "h.py", ns=(time.time_ns(), time.time_ns() + 10**9))
     assert config.imported("h.py:score")(None) == 2
+
+
+def test_a_candidate_folder_that_does_not_load_is_named_as_the_candidate(tmp_path):
+    """The loader's error named a --model flag that `cycle` does not have."""
+    from harnessrl.loop.cycle import _external
+
+    registry = Registry.create(tmp_path / "registry", "weather")
+    with pytest.raises(ValueError, match=f"^--candidate {tmp_path / 'nope'}: not one of"):
+        _external(registry, tmp_path / "nope")

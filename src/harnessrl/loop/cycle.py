@@ -322,7 +322,10 @@ async def _both(candidate, current, harness, items, score, config):
 
 
 def _external(registry: Registry, folder: Path) -> Policy:
-    return Policy(*load_model_and_tokenizer(str(folder)), registry.name)
+    try:
+        return Policy(*load_model_and_tokenizer(str(folder)), registry.name)
+    except ValueError as exc:  # the loader names the flag it knows, --model
+        raise ValueError(str(exc).replace(f"--model {folder}", f"--candidate {folder}", 1)) from None
 
 
 def _copier(folder: Path):
