@@ -611,7 +611,8 @@ def test_a_resumed_sft_trains_as_the_run_that_went_on(tmp_path):
     was not stopped would have drawn."""
     config = yaml.safe_load(MINIMAL)
     config["sft"] |= {"steps": 4, "save_every": 2, "batch_episodes": 2}
-    config["rl"]["updates"], config["budget_seconds"] = 0, None
+    config["rl"] |= {"updates": 0, "validation_tasks": 0}  # no RL: no validation to choose with
+    config["budget_seconds"] = None
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     whole = subprocess.run([sys.executable, "-m", "harnessrl", "train", tmp_path / "job.yaml", "--out", tmp_path / "a"],
                            capture_output=True, text=True, timeout=900)  # fmt: skip
@@ -645,7 +646,8 @@ def test_sft_whose_every_step_is_skipped_stops_naming_the_rate(tmp_path):
     batch is skipped would go on forever."""
     config = yaml.safe_load(MINIMAL)
     config["sft"] |= {"steps": 30, "lr": 1.0e30, "schedule": "constant"}
-    config["rl"]["updates"], config["budget_seconds"] = 0, None
+    config["rl"] |= {"updates": 0, "validation_tasks": 0}  # no RL: no validation to choose with
+    config["budget_seconds"] = None
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run([sys.executable, "-m", "harnessrl", "train", tmp_path / "job.yaml", "--out", tmp_path / "r"],
                           capture_output=True, text=True, timeout=900)  # fmt: skip
