@@ -390,9 +390,8 @@ class _Job:
             loggers=self.config.loggers,
         )
         checkpoints = self.out / "sft" / "checkpoints"
-        draws = (
-            0  # batches drawn: a step's batch depends on its number alone, so a resumed run trains as one that ran on
-        )
+        # batches drawn: batch N depends on the seed and N alone, so a resumed run trains as one that ran on would
+        draws = 0
         if (latest := latest_checkpoint(checkpoints)) is not None:
             draws = trainer.resume(latest).get("draws", trainer.step)
         else:
@@ -421,8 +420,10 @@ class _Job:
                 if "loss/sft" not in metrics:  # skipped (a loss that was not finite): no step; the next batch is drawn
                     skipped += 1
                     if skipped == MAX_SKIPPED:
-                        raise ValueError(f"sft: {skipped} batches in a row at step {trainer.step} had a loss or gradient "
-                                           f"that was not finite: lower sft.lr ({cfg.lr}) or check the demonstrations")  # fmt: skip
+                        raise ValueError(
+                            f"sft: {skipped} batches in a row at step {trainer.step} had a loss or gradient that was "
+                            f"not finite: lower sft.lr ({cfg.lr}) or check the demonstrations"
+                        )
                     continue
                 skipped = 0
                 bar.update(job, completed=trainer.step, status=f"loss {metrics['loss/sft']:.3f}")
