@@ -132,6 +132,24 @@ def test_folders_a_run_locks_are_opened_again_and_counted(tmp_path):
     assert as_a_user(LOCKED_FOLDERS, tmp_path).split(" ", 2) == ["0", "True", "['d', 'e', 'e/x']\n"]
 
 
+def test_reopening_gives_rights_to_folders_never_through_links(tmp_path):
+    workspace, outside = tmp_path / "w", tmp_path / "outside"
+    (workspace / "locked").mkdir(parents=True)
+    (workspace / "locked" / "f").write_bytes(b"xyz")
+    outside.mkdir()
+    (workspace / "link").symlink_to(outside, target_is_directory=True)
+    outside.chmod(0o500)
+    (workspace / "locked").chmod(0o000)
+    try:
+        found = sandbox.listing(workspace, reopen_since=0)
+        assert found == {str(workspace / "locked" / "f"): (3, (workspace / "locked" / "f").stat().st_mtime_ns)}
+        assert (workspace / "locked").stat().st_mode & 0o777 == 0o700
+        assert outside.stat().st_mode & 0o777 == 0o500  # the link's target is left as it was
+    finally:
+        outside.chmod(0o700)
+        (workspace / "locked").chmod(0o700)
+
+
 def test_writes_outside_the_workspace_fail(tmp_path):
     need("writes")
     outside = Path(__file__).with_name("pwned.txt")  # the project's own tree

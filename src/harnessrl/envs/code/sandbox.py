@@ -150,24 +150,35 @@ def listing(workspace: Path, reopen_since: int | None = None) -> dict[str, tuple
     """Each file under the workspace (links never followed, not even read): its size and modification time.
     A folder it cannot list is an error, never skipped (its files would escape the workspace cap). With
     `reopen_since` (ns, a run's start), a folder changed since then that its owner may not list is opened again
-    for the owner first: where not root, a run that locked a folder hid what it wrote, or crashed the listing."""
+    for the owner first: where not root, a run that locked a folder hid what it wrote, or crashed the listing.
+    Each name is read relative to its folder's open descriptor (`os.fwalk`), so a folder swapped for a link while
+    the walk runs (by a process that outlived the run) neither leads it outside nor gets the owner's rights."""
     found = {}
     if reopen_since is not None:
         _reopen(str(workspace), reopen_since)
-    for folder, dirs, names in os.walk(workspace, onerror=_raise):  # top-down: a folder is reopened before listed
+    for folder, dirs, names, fd in os.fwalk(workspace, onerror=_raise):  # top-down: reopened before listed
         for name in dirs if reopen_since is not None else ():
-            _reopen(os.path.join(folder, name), reopen_since)
+            _reopen(name, reopen_since, fd)
         for name in names:
-            info = os.lstat(path := os.path.join(folder, name))
-            found[path] = (info.st_size, info.st_mtime_ns)
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
     return found
 
 
-def _reopen(path: str, since: int) -> None:
-    """Owner rwx on a folder (never a link) changed since `since` that lacks it: only what the run itself locked."""
-    info = os.lstat(path)
-    if stat.S_ISDIR(info.st_mode) and info.st_ctime_ns >= since and info.st_mode & stat.S_IRWXU != stat.S_IRWXU:
-        os.chmod(path, info.st_mode | stat.S_IRWXU)
+def _reopen(path: str, since: int, folder: int | None = None) -> None:
+    """Owner rwx on a folder (never a link) changed since `since` that lacks it: only what the run itself locked.
+    `folder`: the descriptor `path` is relative to. The folder is opened (O_PATH, no rights needed, a link refused)
+    and changed through that descriptor, so what is checked is what is changed."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=folder)
+    except NotADirectoryError:  # a file, or a link put where the walk saw a folder
+        return
+    try:
+        info = os.fstat(fd)
+        if info.st_ctime_ns >= since and info.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+            os.chmod(f"/proc/self/fd/{fd}", info.st_mode | stat.S_IRWXU)  # fchmod refuses an O_PATH descriptor
+    finally:
+        os.close(fd)
 
 
 def _raise(error: OSError) -> None:
