@@ -1,3 +1,5 @@
+import json
+import math
 from typing import Literal
 
 import pytest
@@ -33,6 +35,17 @@ def test_episode_round_trips_through_one_json_line_exactly():
     assert again == episode
     assert again.calls[0].sampled_logprobs[1] == -1e-30  # floats bit-exact, not rounded
     assert again.to_json() == line
+
+
+def test_nan_and_infinities_round_trip_as_standard_json():
+    episode = _episode()
+    episode.metrics = {"mean_of_nothing": math.nan, "ratio": math.inf}
+    episode.calls[0].sampled_logprobs[0] = -math.inf  # a backend's logprob of a token outside its nucleus
+    line = episode.to_json()
+    assert json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))["metrics"]["ratio"]
+    again = Episode.from_json(line)
+    assert math.isnan(again.metrics["mean_of_nothing"]) and again.metrics["ratio"] == math.inf
+    assert again.calls[0].sampled_logprobs[0] == -math.inf
 
 
 def test_logprobs_must_align_with_completion_ids():

@@ -19,8 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 
 class _Model(BaseModel):
-    # unknown keys are errors, so a typo in a trace line names its field instead of vanishing
-    model_config = ConfigDict(extra="forbid")
+    # unknown keys are errors, so a typo in a trace line names its field instead of vanishing; NaN and infinities
+    # are written as the strings "NaN" / "Infinity" (JSON has no such numbers, pydantic's default wrote null, and a
+    # line holding a NaN metric or a -inf logprob was refused when read back)
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 
 class Task(_Model):
