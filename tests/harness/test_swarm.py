@@ -10,6 +10,7 @@ import pytest
 from harnessrl.calltree import critical_steps
 from harnessrl.envs.wide.expert import demonstrate
 from harnessrl.harness.swarm import Swarm, SwarmLimits
+from harnessrl.harness.tools import Toolbox
 from tests.harness.scripted_swarm import call, chatterbox, run_scripted, worker
 
 
@@ -173,3 +174,23 @@ async def test_a_sub_agent_model_the_gateway_does_not_serve_frozen_is_said(swarm
     episode, _, _ = await run_scripted(swarm_gateway, tasks=1, model="sbu")  # "sub" misspelt
     assert any(c.agent == "scout" and c.trainable for c in episode.calls)  # the trainable policy answered
     assert "sub-agent model 'sbu' is not one the gateway serves frozen" in caplog.text
+
+
+async def test_a_misspelt_tool_is_told_the_tools_of_both_toolboxes(swarm_gateway):
+    """With the harness's own tools beside the swarm's, an unknown name was answered by them alone ("available:
+    answer"): the orchestrator was told it could not delegate at all."""
+    _, key = await swarm_gateway.create_episode()
+    llm = swarm_gateway.openai(key)
+    swarm = Swarm(llm, worker, model="sub")
+
+    def answer(text: str) -> str:
+        """The final answer."""
+        return "recorded"
+
+    mine = Toolbox([answer])
+    reply = [call("asign_task", agent="a", task="x"), call("answer", text="y")]
+    response = await demonstrate(llm, [{"role": "user", "content": "go"}], swarm.schemas + mine.schemas, reply)
+    assert [m["content"] for m in await swarm.execute(response, mine)] == [
+        "error: unknown tool 'asign_task'; available: create_subagent, assign_task, assign_tasks, answer",
+        "recorded",
+    ]

@@ -225,7 +225,7 @@ class Swarm:
         concurrently); the tool messages, in the reply's order.
 
         Counts one orchestrator step and its stage's critical steps (1 + the longest sub-agent run
-        it started). Calls to tools of neither toolbox come back as errors."""
+        it started). Calls to tools of neither toolbox come back as errors naming the tools of both."""
         message = response.choices[0].message
         self.orchestrator_steps += 1
         stage: list[SubAgentRun] = []
@@ -233,8 +233,12 @@ class Swarm:
 
         async def run(call) -> dict:
             name, arguments = call.function.name, call.function.arguments
-            box = self.tools if name in self.tools.tools or others is None else others
-            text, _ = await box.call(name, arguments)
+            box = next((b for b in (self.tools, others) if b is not None and name in b.tools), None)
+            if box is None:  # named here, not by `others`, which would offer its own tools alone
+                available = [*self.tools.tools, *(others.tools if others is not None else ())]
+                text = f"error: unknown tool {name!r}; available: {', '.join(available)}"
+            else:
+                text, _ = await box.call(name, arguments)
             return {"role": "tool", "tool_call_id": call.id, "content": text}
 
         calls = list(enumerate(message.tool_calls or []))
