@@ -194,3 +194,11 @@ async def test_a_misspelt_tool_is_told_the_tools_of_both_toolboxes(swarm_gateway
         "error: unknown tool 'asign_task'; available: create_subagent, assign_task, assign_tasks, answer",
         "recorded",
     ]
+
+
+async def test_a_lone_surrogate_in_a_task_is_the_models_error_not_the_runs_end(swarm_gateway):
+    """JSON's "\\ud800" decodes to a string UTF-8 cannot carry: kept as a run's task, the outcome's summary failed the
+    gateway's finish (UnicodeEncodeError), which ends an RL run."""
+    episode, swarm, messages = await run_scripted(swarm_gateway, ["item \ud800 0", "item 1"])
+    assert episode.status == "finished" and episode.outcome.info["swarm"]["assigned"] == 0 and not swarm.runs
+    assert messages[-2]["content"] == "error: arguments hold '\\ud800', a lone surrogate no UTF-8 text can carry"

@@ -71,6 +71,10 @@ class Toolbox:
             return f"error: arguments are not valid JSON: {exc.msg}", False
         if not isinstance(args, dict):
             return "error: arguments must be a JSON object", False
+        try:  # JSON's "\ud800" decodes to a lone surrogate: in a tool's result or the outcome, it fails the gateway's finish
+            json.dumps(args, ensure_ascii=False, default=str).encode()
+        except UnicodeEncodeError as exc:
+            return f"error: arguments hold {exc.object[exc.start]!r}, a lone surrogate no UTF-8 text can carry", False
         fn, adapter = self.tools[name], self.adapters[name]
         deadline = asyncio.timeout(self.timeout)
         try:
