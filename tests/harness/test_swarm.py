@@ -59,6 +59,10 @@ async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gat
         await worker(assignment, llm)
         return None
 
+    async def blank(assignment, llm):  # an empty output read as finished: r_finish paid for nothing
+        await worker(assignment, llm)
+        return " \n"
+
     async def own_timeout(assignment, llm):  # its own TimeoutError (the builtin, as asyncio's) is not the swarm's
         raise TimeoutError("search backend slow")
 
@@ -68,6 +72,7 @@ async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gat
         (own_timeout, "did not finish: TimeoutError: search backend slow"),
         (chatterbox, "did not finish: StepLimitError: step limit: 2 model calls per sub-agent run"),
         (silent, "gave no output in 1 steps"),
+        (blank, "gave no output in 1 steps"),
     ]:
         limits = SwarmLimits(subagent_timeout=0.3 if subagent is slow else 60, max_subagent_steps=2)
         episode, swarm, messages = await run_scripted(swarm_gateway, tasks=2, subagent=subagent, limits=limits)

@@ -96,7 +96,7 @@ def _task_key(task: str) -> str:
     return " ".join(task.casefold().split()).rstrip(".?!;:, ")
 
 
-# async def run_subagent(assignment, llm) -> str | None: the final output (None: gave none, unfinished)
+# async def run_subagent(assignment, llm) -> str | None: the final output (None or blank: gave none, unfinished)
 SubAgent = Callable[[Assignment, Any], Awaitable[str | None]]
 
 
@@ -293,7 +293,8 @@ class Swarm:
             async with self._slots:
                 deadline = asyncio.timeout(self.limits.subagent_timeout)  # from when the run has its slot
                 async with deadline:
-                    run.output = await self.subagent(assignment, llm)
+                    output = await self.subagent(assignment, llm)
+                    run.output = output if output and output.strip() else None  # a blank output is none: unfinished
         except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
             # the swarm's timeout only where its deadline expired: the sub-agent's own TimeoutError (a socket's, its
             # wait_for's) is its failure, named as any other
