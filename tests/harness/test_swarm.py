@@ -41,10 +41,11 @@ async def test_repeats_of_one_task_count_once(swarm_gateway):
     async def first_finishes(assignment, llm):  # the last text never finishes
         return await (chatterbox if assignment.task == "item 9" else worker)(assignment, llm)
 
-    texts = ["Item 0", "item  0.", "item 0", "item 1", "item 9"]
+    # a zero-width space or full-width letters made a repeat distinct: r_parallel paid for padding with them
+    texts = ["Item 0", "item  0.", "item 0", "item\u200b 0", "\uff49\uff54\uff45\uff4d 0", "item 1", "item 9"]
     episode, _, _ = await run_scripted(swarm_gateway, texts, first_finishes, SwarmLimits(max_subagent_steps=1))
     summary = episode.outcome.info["swarm"]
-    assert (summary["assigned"], summary["finished"]) == (5, 4)
+    assert (summary["assigned"], summary["finished"]) == (7, 6)
     assert (summary["distinct"], summary["distinct_finished"]) == (3, 2)
 
 

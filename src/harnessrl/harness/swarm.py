@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -92,8 +93,10 @@ _STAGE: contextvars.ContextVar[list[SubAgentRun]] = contextvars.ContextVar("swar
 
 
 def _task_key(task: str) -> str:
-    """A task's text as repeats compare it: case, spacing and trailing punctuation aside ("x > 5" is not "x < 5")."""
-    return " ".join(task.casefold().split()).rstrip(".?!;:, ")
+    """A task's text as repeats compare it: Unicode forms (NFKC: full-width letters), invisible format characters (a
+    zero-width space), case, spacing and trailing punctuation aside ("x > 5" is not "x < 5")."""
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", task) if unicodedata.category(ch) != "Cf")
+    return " ".join(text.casefold().split()).rstrip(".?!;:, ")
 
 
 # async def run_subagent(assignment, llm) -> str | None: the final output (None or blank: gave none, unfinished)
@@ -310,7 +313,7 @@ class Swarm:
 
     def summary(self) -> dict[str, Any]:
         """What the episode's outcome records under info["swarm"]. `distinct`: the assignments whose task text
-        differs (case, spacing and trailing punctuation aside, whatever agent ran them); `distinct_finished`: those
+        differs (as `_task_key` compares them, whatever agent ran them); `distinct_finished`: those
         that finished at least once. The PARL terms count these, so repeating one task pays no more than asking it
         once."""
         return {
