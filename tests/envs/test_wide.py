@@ -115,6 +115,17 @@ async def test_the_expert_hands_out_every_question_in_one_reply_and_answers_what
     assert demo.outcome.info["answers"] == {str(i + 1): r["output"] or "" for i, r in enumerate(summary["runs"])}
 
 
+async def test_the_expert_says_why_its_assignments_were_refused(swarm_gateway, wide):
+    """More questions than limits.max_parallel: assign_tasks refuses them whole, and the expert read its error text as
+    JSON ("harness raised JSONDecodeError: Expecting value: line 1 column 1 (char 0)")."""
+    searcher, task = wide
+    orchestrator = WideOrchestrator("sub", searcher, SwarmLimits(max_parallel=2, max_subagent_steps=3))
+    demo = await RolloutEngine(swarm_gateway, OrchestratorExpert(orchestrator), wide_reward()).episode(task)
+    assert demo.status == "failed" and demo.failure_reason == (
+        "harness raised ValueError: the scripted assign_tasks of 4 questions: error: at most 2 assignments at once"
+    )
+
+
 async def test_untrained_orchestrator_and_serial_baseline_end_to_end(swarm_gateway, wide):
     searcher, task = wide
     reward = wide_reward()

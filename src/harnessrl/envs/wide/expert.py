@@ -63,6 +63,8 @@ class OrchestratorExpert:
         messages.append(response.choices[0].message.model_dump(exclude_none=True))
         results = await swarm.execute(response, mine)  # the assignments run in parallel
         messages += results
+        if self.orchestrator.assign == "batch" and results[1]["content"].startswith("error:"):  # refused whole
+            raise ValueError(f"the scripted assign_tasks of {len(questions)} questions: {results[1]['content']}")
         outputs = (
             json.loads(results[1]["content"])
             if self.orchestrator.assign == "batch"
