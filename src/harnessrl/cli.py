@@ -374,7 +374,10 @@ def make_corpus(
         _fail(f"{out} already holds {' and '.join(held)}: choose another folder, or pass --force to overwrite")
     if people is not None and generator != "people":
         _fail(f"--people: the {generator} generator has no people")
-    docs, tasks = GENERATORS[generator](seed, **({} if people is None else {"people": people}))
+    try:
+        docs, tasks = GENERATORS[generator](seed, **({} if people is None else {"people": people}))
+    except ValueError as exc:  # more people than names
+        _fail(f"--{exc}")
     try:
         corpus_path, tasks_path = write_corpus(out, docs, tasks)
     except OSError as exc:  # a file where a parent folder should be, no permission

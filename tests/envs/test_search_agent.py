@@ -261,6 +261,8 @@ def test_error_classes_say_why_an_episode_failed():
     assert cls("baker", ["p", "t"]) == "wrong_field" and cls("Tarn.", ["t", "p"]) == "wrong_field"
     assert cls("miller", ["p", "t", "x"]) == "wrong_entity"
     assert cls("Velmo", ["p", "t", "x"]) == "not_in_context"
+    # whole words: "Bo" is the miller's name, not the start of "born"; "Ve" is in no document
+    assert cls("Bo", ["p", "t", "x"]) == "wrong_entity" and cls("Ve", ["p", "t", "x"]) == "not_in_context"
     assert set(ERROR_CLASSES) == {"ok", "failed", "malformed_call", "no_answer", "gold_not_seen", "wrong_field",
                                   "wrong_entity", "not_in_context"}  # fmt: skip
 

@@ -141,3 +141,27 @@ def test_an_index_over_documents_without_a_word_says_so(tmp_path):
 
     with pytest.raises(ValueError, match=r"^words.jsonl: no document has a word to search by"):
         SearchIndex([Doc(id="x", text="!!!"), Doc(id="y", text="? a the")], tmp_path / "chroma", source="words.jsonl")
+
+
+def test_a_query_with_no_word_in_the_corpus_ranks_by_meaning_alone(tmp_path):
+    from harnessrl.envs.search.data import Doc
+
+    docs = synthetic(0)[0]
+    cat = Doc(id="cat", text="A small cat sleeps on the warm windowsill every afternoon.")
+    index = SearchIndex([*docs[:80], cat, *docs[80:]], tmp_path / "chroma")
+    query = "feline resting in the sun"  # no word BM25 finds: every chunk scores 0 there
+    dense = index.collection.query(query_embeddings=[index.query_vector(query)], n_results=3)["ids"][0]
+    assert dense[0] == "cat#0"
+    # bm25s ranked the zero-score chunks too (the corpus's last first), which pushed the cat out of the top 3
+    assert [c.id for c in index.search(query, k=3)] == dense
+
+
+def test_more_people_than_the_generator_has_names_is_refused_not_drawn_forever(tmp_path):
+    from tests.conftest import cli
+
+    assert len(synthetic(0, people=80656)[1]) == 80656  # every name there is, each once
+    with pytest.raises(ValueError, match=r"^people: 80657 is more than the 80656 distinct names the generator has"):
+        synthetic(0, people=80657)  # it looped forever looking for an unused name
+    refused = cli("make-corpus", tmp_path / "big", "--people", "100000")
+    assert refused.exit_code == 2 and "--people: 100000 is more than the 80656 distinct names" in refused.stderr
+    assert not (tmp_path / "big").exists()

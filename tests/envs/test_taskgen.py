@@ -368,3 +368,26 @@ def test_chosen_llm_replies_parse_or_drop_as_malformed(tmp_path):
         )
     )
     assert drafts[2] == "malformed_output"
+
+
+def test_a_document_titled_with_the_answer_is_no_distractor(tmp_path):
+    """Records whose text never names their subject: the mayor Mara Quell's own record, titled "Mara Quell", was
+    picked as a distractor "without the answer" of "What is the mayor of Arlen?", and the audit passed it."""
+    towns, people = TOWNS[:4], PEOPLE[:4]
+    docs = [
+        Doc(id=f"town-{i}", title=t, text=f"Mayor: {people[i]}\nFounded: {1700 + 13 * i}") for i, t in enumerate(towns)
+    ]
+    docs += [Doc(id=f"person-{i}", title=p, text=json.dumps({"born": str(1950 + i), "hometown": towns[(i + 1) % 4]}))
+             for i, p in enumerate(people)]  # fmt: skip
+    index = SearchIndex(docs, tmp_path / "chroma")
+    writer, out = taskgen.RuleWriter(docs), tmp_path / "tasks.jsonl"
+    run = taskgen.generate(docs, index, writer, 12, [1], out, test_share=0.0, distractors=8)  # every one that may be
+    assert len(run.kept) == 12 and any(t.answer in people for t in run.kept)
+    by_id = {d.id: d for d in docs}
+    for task in run.kept:
+        assert task.distractor_doc_ids and all(task.answer not in f"{by_id[d].title} {by_id[d].text}"
+                                               for d in task.distractor_doc_ids), task  # fmt: skip
+    mayor = run.kept[0].model_copy(update={"question": "What is the mayor of Arlen?", "answer": "Mara Quell",
+        "gold_doc_ids": ["town-0"], "quotes": [Quote(doc_id="town-0", text="Mayor: Mara Quell")],
+        "distractor_doc_ids": ["person-0"]})  # fmt: skip
+    assert taskgen.audit([mayor], docs)["failed"] == {"distractor_contains_answer": 1}

@@ -10,6 +10,7 @@ the entries on the chain. It is a test bed, not a target: nothing else may be tu
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import unicodedata
@@ -200,6 +201,9 @@ def synthetic(
     for c in country:
         c["capital"] = rng.choice([t for t in town if t["country"] is c] or town)
     places = set(used)
+    names = len({"".join(p).capitalize() for p in itertools.product(_SYLLABLES, repeat=2)} - places) ** 2
+    if people > names:  # person_name would draw forever
+        raise ValueError(f"people: {people} is more than the {names} distinct names the generator has (seed {seed})")
 
     def person_name() -> str:  # unique as a whole; neither part is a place's name
         while True:

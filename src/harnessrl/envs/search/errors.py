@@ -11,7 +11,8 @@ Classes, first match wins (`ERROR_CLASSES` in this order):
     wrong_entity     the answer is text of a document seen that is not gold (a distractor's fact)
     not_in_context   the answer is in no document seen (invented, garbled or cut short)
 
-Text matching uses the answer check's normalisation (case, punctuation, spacing ignored).
+Text matching uses the answer check's normalisation (case, punctuation, spacing ignored) and whole words: "Bo" is
+not in "born".
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def error_class(episode: Episode, documents: dict[str, Doc]) -> str:
 
     def holds(doc_id: str) -> bool:
         doc = documents.get(doc_id)
-        return bool(answer) and doc is not None and answer in normalise(f"{doc.title or ''} {doc.text}")
+        text = normalise(f"{doc.title or ''} {doc.text}") if doc is not None else ""
+        return bool(answer) and f" {answer} " in f" {text} "
 
     if any(holds(d) for d in gold):
         return "wrong_field"

@@ -106,8 +106,10 @@ class SearchIndex:
         depth = min(len(self.chunks), k + len(exclude) + 20)
         vector = self.query_vector(query)
         dense = self.collection.query(query_embeddings=[vector], n_results=depth)["ids"][0]
-        ranks, _ = self.bm25.retrieve(bm25s.tokenize([query], show_progress=False), k=depth, show_progress=False)
-        sparse = [self.chunks[i].id for i in ranks[0].tolist()]
+        ranks, scores = self.bm25.retrieve(bm25s.tokenize([query], show_progress=False), k=depth, show_progress=False)
+        # a chunk without a word of the query scores 0 and has no BM25 rank: bm25s still fills `depth` with such
+        # chunks (the corpus's last first), which outranked the dense hits of a query with no word in the corpus
+        sparse = [self.chunks[i].id for i, score in zip(ranks[0].tolist(), scores[0].tolist()) if score > 0]
         fused: dict[str, float] = {}
         for ranking in (dense, sparse):
             for rank, chunk_id in enumerate(ranking):

@@ -409,7 +409,7 @@ def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractor
     if split == "train" and any(doc_split(g, test_share) == "test" for g in gold):
         return "crosses_split"
     close = dict.fromkeys(c.doc_id for c in index.search(draft.question, k=10))
-    picked = [i for i in close if i not in gold and normalise(draft.answer) not in normalise(by_id[i].text)]
+    picked = [i for i in close if i not in gold and not _holds(by_id[i], draft.answer)]
     if not picked:
         return "no_distractor"
     task_id = "gen-" + hashlib.sha256(normalise(draft.question).encode()).hexdigest()[:12]
@@ -417,6 +417,12 @@ def _attempt(docs, by_id, index, writer, rng, hops, seen, test_share, distractor
         id=task_id, question=draft.question, answer=draft.answer, gold_doc_ids=gold, split=split,
         quotes=draft.quotes, distractor_doc_ids=picked[:distractors], hops=draft.hops,
     )  # fmt: skip
+
+
+def _holds(doc: Doc, answer: str) -> bool:
+    """The answer in the document as the agent reads it, its title too (a record titled "Mara Quell" holds the mayor
+    "Mara Quell" though its text never names her): a raw substring of the normalised forms, the stricter test."""
+    return normalise(answer) in normalise(f"{doc.title or ''} {doc.text}")
 
 
 def audit(tasks: list[SearchTask], docs: list[Doc]) -> dict:
@@ -445,8 +451,8 @@ def _audited(task: SearchTask, by_id: dict[str, Doc]) -> str:
         return reason
     if any(d not in by_id for d in task.distractor_doc_ids):
         return "distractor_unknown_document"
-    if any(normalise(task.answer) in normalise(by_id[d].text) for d in task.distractor_doc_ids):
-        return "distractor_contains_answer"  # a raw substring, as when distractors are picked: the stricter test
+    if any(_holds(by_id[d], task.answer) for d in task.distractor_doc_ids):
+        return "distractor_contains_answer"  # its title too, as when distractors are picked
     return "ok"
 
 
