@@ -207,4 +207,6 @@ async def test_a_lone_surrogate_in_a_task_is_the_models_error_not_the_runs_end(s
     gateway's finish (UnicodeEncodeError), which ends an RL run."""
     episode, swarm, messages = await run_scripted(swarm_gateway, ["item \ud800 0", "item 1"])
     assert episode.status == "finished" and episode.outcome.info["swarm"]["assigned"] == 0 and not swarm.runs
-    assert messages[-2]["content"] == "error: arguments hold '\\ud800', a lone surrogate no UTF-8 text can carry"
+    assert messages[-2]["content"] == (
+        "error: assignments.0.task holds '\\ud800' at character 5, a lone surrogate no UTF-8 text can carry"
+    )

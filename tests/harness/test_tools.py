@@ -125,3 +125,20 @@ async def test_blocking_tools_that_time_out_do_not_starve_the_next_calls():
         assert await box.call("quick", "{}") == ("ok", True)
     finally:
         RELEASE.set()
+
+
+def test_a_lone_surrogate_is_named_where_it_is_in_the_arguments():
+    def note(items: list[dict[str, str]]) -> str:
+        return "kept"
+
+    box = Toolbox([note])
+    result, ok = asyncio.run(box.call("note", '{"items": [{"a": "x"}, {"b": "ok\\udc80"}]}'))
+    assert (
+        not ok and result == "error: items.1.b holds '\\udc80' at character 2, a lone surrogate no UTF-8 text can carry"
+    )
+    result, ok = asyncio.run(box.call("note", '{"items": [{"\\ud800": "x"}]}'))
+    assert not ok and result.startswith("error: items.0 (a key) holds '\\ud800' at character 0")
+    assert asyncio.run(box.call("note", '{"items": [{"a": "\\ud83d\\ude00"}]}')) == (
+        "kept",
+        True,
+    )  # a pair is one emoji

@@ -50,6 +50,20 @@ def _arg_docs(doc: str) -> dict[str, str]:
     }
 
 
+def _surrogate(value: Any, where: str = "arguments") -> tuple[str, str, int] | None:
+    """The first lone surrogate in a call's arguments, keys too: (where, the character, its index), or None."""
+    if isinstance(value, str):
+        return next(((where, c, i) for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), None)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        name = str(key) if where == "arguments" else f"{where}.{key}"
+        if found := _surrogate(key, f"{where} (a key)") if isinstance(key, str) else None:  # never the key's text
+            return found
+        if found := _surrogate(item, name):
+            return found
+    return None
+
+
 class Toolbox:
     """Named tools with schemas; `call` runs one model tool call and always returns text."""
 
@@ -71,10 +85,9 @@ class Toolbox:
             return f"error: arguments are not valid JSON: {exc.msg}", False
         if not isinstance(args, dict):
             return "error: arguments must be a JSON object", False
-        try:  # JSON's "\ud800" decodes to a lone surrogate: in a tool's result or the outcome, it fails the gateway's finish
-            json.dumps(args, ensure_ascii=False, default=str).encode()
-        except UnicodeEncodeError as exc:
-            return f"error: arguments hold {exc.object[exc.start]!r}, a lone surrogate no UTF-8 text can carry", False
+        if found := _surrogate(args):  # JSON's "\ud800": in a result or the outcome, it fails the gateway's finish
+            where, char, at = found
+            return f"error: {where} holds {char!r} at character {at}, a lone surrogate no UTF-8 text can carry", False
         fn, adapter = self.tools[name], self.adapters[name]
         deadline = asyncio.timeout(self.timeout)
         try:

@@ -204,8 +204,8 @@ def test_a_lone_surrogate_in_an_edit_is_refused_and_the_file_kept(task, tmp_path
     before = (run.workspace / "calc.py").read_bytes()
     edit = '{"path": "calc.py", "search": "a - b", "replace": "a + b  # \\ud800"}'  # valid JSON, no UTF-8 text
     result, ok = asyncio.run(run.tools.call("edit_file", edit))
-    assert result == "error: replace holds '\\ud800' at character 9, a lone surrogate no UTF-8 file can hold; " + (
-        "calc.py is unchanged"
+    assert not ok and result == (  # refused by the toolbox, naming the argument, before edit_file runs
+        "error: replace holds '\\ud800' at character 9, a lone surrogate no UTF-8 text can carry"
     )
     assert (run.workspace / "calc.py").read_bytes() == before and run.edited == []
     created = '{"path": "new.py", "search": "", "replace": "\\udcff"}'
