@@ -168,6 +168,21 @@ async def test_a_call_that_did_not_return_is_not_a_step(swarm_gateway):
     assert swarm.critical_steps == critical_steps(episode.calls) == 3 + 1
 
 
+async def test_a_sub_agent_asking_n_choices_spends_n_steps_as_the_record_counts_them(swarm_gateway):
+    async def sampler(assignment, llm):  # best of 3 in one request: the gateway records three calls
+        messages = [{"role": "user", "content": assignment.task}]
+        response = await llm.chat.completions.create(model="m", messages=messages, max_tokens=4, n=3)
+        return response.choices[0].message.content or "-"
+
+    episode, swarm, _ = await run_scripted(swarm_gateway, tasks=1, subagent=sampler)
+    assert swarm.runs[0].steps == 3 and len([c for c in episode.calls if c.agent == "scout"]) == 3
+    assert swarm.critical_steps == critical_steps(episode.calls) == 1 + (1 + 3) + 1
+    limited = SwarmLimits(max_subagent_steps=2)  # 3 choices are more steps than a run may take: refused, unsent
+    episode, swarm, _ = await run_scripted(swarm_gateway, tasks=1, subagent=sampler, limits=limited)
+    assert swarm.runs[0].steps == 0 and "step limit: 2" in swarm.runs[0].error
+    assert swarm.critical_steps == critical_steps(episode.calls)
+
+
 async def test_the_critical_budget_cuts_the_runs_of_the_reply_that_would_pass_it(swarm_gateway):
     limits = SwarmLimits(max_subagent_steps=10, max_critical_steps=5)
     episode, swarm, messages = await run_scripted(swarm_gateway, tasks=1, subagent=chatterbox, limits=limits)

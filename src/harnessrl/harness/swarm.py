@@ -123,17 +123,18 @@ class BoundLLM:
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
     async def _create(self, **kwargs):
-        if self.max_calls is not None and self.calls + self._pending >= self.max_calls:
+        asked = kwargs.get("n") or 1  # the gateway records each of n choices as a call: each is a step
+        if self.max_calls is not None and self.calls + self._pending + asked > self.max_calls:
             raise StepLimitError(f"step limit: {self.max_calls} model calls per sub-agent run")
         kwargs.update(model=self._model, metadata={**(kwargs.get("metadata") or {}), **self._metadata})
-        self._pending += 1
+        self._pending += asked
         try:
             response = await self._llm.chat.completions.create(**kwargs)
         finally:
-            self._pending -= 1
-        # a step once it returned: a call cancelled (subagent_timeout) or refused (400) is not in the call tree, and
+            self._pending -= asked
+        # steps once it returned: a call cancelled (subagent_timeout) or refused (400) is not in the call tree, and
         # counting it would put Swarm.critical_steps past calltree's and spend the budget on nothing
-        self.calls += 1
+        self.calls += len(response.choices)
         # the gateway's own policy answered under its own name (a proxied frozen model answers under its upstream's
         # name and fingerprint; a pinned one under the name asked for): a misspelt --frozen name lands here
         own = str(getattr(response, "system_fingerprint", "") or "").startswith("policy-v")
