@@ -50,16 +50,15 @@ def _arg_docs(doc: str) -> dict[str, str]:
     }
 
 
-def _surrogate(value: Any, where: str = "arguments") -> tuple[str, str, int] | None:
+def _surrogate(value: Any, where: str = "") -> tuple[str, str, int] | None:
     """The first lone surrogate in a call's arguments, keys too: (where, the character, its index), or None."""
     if isinstance(value, str):
-        return next(((where, c, i) for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), None)
+        return next(((where or "arguments", c, i) for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), None)
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        name = str(key) if where == "arguments" else f"{where}.{key}"
-        if found := _surrogate(key, f"{where} (a key)") if isinstance(key, str) else None:  # never the key's text
-            return found
-        if found := _surrogate(item, name):
+        if found := _surrogate(key, f"{where or 'arguments'} (a key)") if isinstance(key, str) else None:
+            return found  # never the key's own text, which no UTF-8 message can carry either
+        if found := _surrogate(item, f"{where}.{key}" if where else str(key)):
             return found
     return None
 
