@@ -198,9 +198,10 @@ def probe(
         _fail("--record-grid and --context are two grids: give one")
     try:
         lengths = [int(n) for n in context.split(",")] if context else []
+        bad = any(n < 0 for n in lengths)
     except ValueError:
-        lengths = [-1]
-    if any(n < 0 for n in lengths):
+        bad = True
+    if bad:
         raise typer.BadParameter(
             f"{context!r}: comma-separated token counts of 0 or more, e.g. 0,512,1024", param_hint="--context"
         )

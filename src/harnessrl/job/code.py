@@ -148,8 +148,10 @@ def solved_demonstrations(episodes: list[Episode]) -> list[Episode]:
         first += [
             f"{e.task.id}: hidden tests {(e.outcome.info if e.outcome else {}).get('hidden')}" for e in unsolved[:1]
         ]
-        log.warning("%d of %d demonstrations are left out of SFT: %d failed, %d did not solve their task; the first: %s",
-                    len(failed) + len(unsolved), len(episodes), len(failed), len(unsolved), "; ".join(first))  # fmt: skip
+        log.warning(
+            "%d of %d demonstrations are left out of SFT: %d failed, %d did not solve their task; the first: %s",
+            len(failed) + len(unsolved), len(episodes), len(failed), len(unsolved), "; ".join(first),
+        )  # fmt: skip
     return [e for e in episodes if e.status == "finished" and e.succeeded]
 
 

@@ -243,8 +243,7 @@ class Engine:
         self._thread.join(timeout=timeout)
         if not self._thread.is_alive():  # a thread that died of an error failed nothing: what it held fails here
             with self._wake:
-                closed = RuntimeError("engine closed before the completion finished")
-                self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
+                self._fail_all_closed()
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -255,8 +254,7 @@ class Engine:
                 while not self._closed and not self._pending and not self._rows and not self._prefilling:
                     self._wake.wait()
                 if self._closed:
-                    closed = RuntimeError("engine closed before the completion finished")
-                    self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
+                    self._fail_all_closed()
                     return
                 self._prefilling += self._take_pending()
             with self._step_lock, torch.inference_mode():
@@ -269,6 +267,11 @@ class Engine:
                     self._fail([*self._prefilling, *self._prefill_rows, *self._batch_rows()], exc)
                     self._prefilling = []
                     self._reset_batch()
+
+    def _fail_all_closed(self) -> None:
+        """Every request the engine holds fails: it was closed (under `_wake`)."""
+        closed = RuntimeError("engine closed before the completion finished")
+        self._fail([*self._pending, *self._prefilling, *self._batch_rows()], closed)
 
     @staticmethod
     def _fail(rows: list[_Row], exc: BaseException) -> None:

@@ -71,8 +71,8 @@ def swarm_metrics(
 ) -> dict[str, float]:
     """`swarm/*` metrics of a batch: spawn_rate (share of episodes that assigned sub-agent work),
     assigned, unfinished and repeated (runs beyond the distinct task texts) per episode, finish_rate (over all
-    runs), critical (`parallel` sub-agents at once at most) and total steps per episode, failed_rate (share of failed episodes, counted from their call
-    trees: `_counted`), and the lambdas at `step`."""
+    runs), critical (`parallel` sub-agents at once at most) and total steps per episode, failed_rate (share of
+    failed episodes, counted from their call trees: `_counted`), and the lambdas at `step`."""
     summaries = [_counted(e) for e in episodes]
     assigned = [s.get("assigned", 0) for s in summaries]
     finished = [s.get("finished", 0) for s in summaries]

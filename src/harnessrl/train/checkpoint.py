@@ -9,7 +9,8 @@ The number is the caller's counter (the optimizer step, or the RL job's update c
 is written to a hidden temporary folder and renamed into place, and `latest` is replaced atomically
 after it. A folder of the same number is moved aside, not deleted, until the new one is in place; and
 when `latest` names a folder that is missing or incomplete (a crash in between), `latest_checkpoint`
-falls back to the newest complete one (one moved aside included). So a crash at any moment leaves a checkpoint to resume from.
+falls back to the newest complete one (one moved aside included). So a crash at any moment leaves a
+checkpoint to resume from.
 """
 
 from __future__ import annotations

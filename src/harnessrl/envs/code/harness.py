@@ -119,12 +119,6 @@ class _Run:
     def edit_file(self, path: str, search: str, replace: str) -> str:
         """Replace the exact text `search` (it must occur once) with `replace` in a file."""
         target = self._path(path, must_exist=False)
-        for name, value in (("search", search), ("replace", replace)):
-            try:
-                value.encode()
-            except UnicodeEncodeError as exc:  # JSON's "\ud800"
-                char = value[exc.start]
-                return f"error: {name} holds {char!r} at character {exc.start}, a lone surrogate no UTF-8 file can hold; {path} is unchanged"
         if not target.exists():
             if search:
                 return f"error: {path} does not exist (to create it, pass an empty search)"
@@ -230,7 +224,8 @@ class _Run:
 
 
 def occurrences(text: str, search: str) -> int:
-    r"""How often `search` occurs in `text`, overlapping occurrences too (`str.count` sees one "x\nx\n" in "x\nx\nx\n")."""
+    r"""How often `search` occurs in `text`, overlapping occurrences too (`str.count` sees one "x\nx\n" in
+    "x\nx\nx\n")."""
     found, at = 0, text.find(search)
     while at != -1:
         found, at = found + 1, text.find(search, at + 1)
