@@ -70,6 +70,8 @@ _SAME_RUN = (  # a resume takes these from the run (--steps may grow: the schedu
     "records",
     "fields",
     "history",
+    "teacher",
+    "distill",
 )
 _BOOKKEEPING = (
     "resume",
@@ -262,7 +264,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--history", default="0", help="earlier copy / recall exchanges before each item, e.g. 0-12: long contexts"
     )
+    parser.add_argument(
+        "--teacher", default="", help="a model folder whose next-token distribution the run is also held to (--distill)"
+    )
+    parser.add_argument(
+        "--distill", type=float, default=1.0, help="weight of KL(teacher || model) on the trained tokens (--teacher)"
+    )
     return parser
+
+
+def distill_kl(logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean KL(teacher || model) over the positions that predict a trained token (labels shifted as the loss's):
+    learning without forgetting, the teacher's whole distribution kept where a skill is not being taught."""
+    where = labels[:, 1:] != -100
+    if not where.any():  # a batch of context only (a long item's first rows)
+        return logits.sum() * 0.0
+    student = torch.log_softmax(logits[:, :-1][where].float(), -1)
+    target = torch.log_softmax(teacher[:, :-1][where].float(), -1)
+    return torch.nn.functional.kl_div(student, target, log_target=True, reduction="batchmean")
 
 
 def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
@@ -320,6 +339,18 @@ def main(argv: list[str] | None = None) -> None:
         except (OSError, ValueError, RuntimeError) as exc:  # no model folder; another width or vocabulary
             raise SystemExit(f"--init {args.init}: {str(exc).splitlines()[0]}") from None
     model.to(args.device).train()
+    teacher = None
+    if args.teacher:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            teacher = AutoModelForCausalLM.from_pretrained(args.teacher, dtype=torch.float32).to(args.device).eval()
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--teacher {args.teacher}: {str(exc).splitlines()[0]}") from None
+        if teacher.config.vocab_size != model.config.vocab_size:
+            raise SystemExit(
+                f"--teacher {args.teacher}: vocabulary {teacher.config.vocab_size}, the model's {model.config.vocab_size}"
+            )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     packer = configured(Packer(tokenizer, args.seed, args.width, parse_weights(args.weights)), args)
     records_for(args, 0)  # a bad --records is named before any training
@@ -366,9 +397,15 @@ def main(argv: list[str] | None = None) -> None:
         else:
             packer.mixture.records = records_for(args, step)
             ids, labels = packer.batch(args.rows)
+        ids, labels = ids.to(args.device), labels.to(args.device)
         with autocast(dtype, args.device):
-            loss = model(input_ids=ids.to(args.device), labels=labels.to(args.device)).loss
-        loss.backward()
+            out = model(input_ids=ids, labels=labels)
+            loss, kl = out.loss, None
+            if teacher is not None:
+                with torch.no_grad():
+                    taught = teacher(input_ids=ids).logits
+                kl = distill_kl(out.logits, taught, labels)
+        (loss if kl is None else loss + args.distill * kl).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -383,6 +420,8 @@ def main(argv: list[str] | None = None) -> None:
             "wall_seconds": wall,
             "precision": dtype,  # per step: a run resumed on another CPU may change it
         }
+        if kl is not None:
+            record["kl"] = kl.item()
         if time.monotonic() - last_probe > args.probe_minutes * 60:
             record["probe"] = _probe(model, tokenizer, 40, halves=True)
             last_probe = time.monotonic()

@@ -378,7 +378,7 @@ def make_corpus(
     try:
         docs, tasks = GENERATORS[generator](seed, **({} if people is None else {"people": people}))
     except ValueError as exc:  # more people than names
-        _fail(f"--{exc}")
+        _fail(f"--people: {exc}")
     try:
         corpus_path, tasks_path = write_corpus(out, docs, tasks)
     except OSError as exc:  # a file where a parent folder should be, no permission

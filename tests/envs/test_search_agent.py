@@ -30,7 +30,8 @@ def test_tools_show_new_chunks_prune_deletes_them_and_the_budget_is_enforced(ind
     again = [line.split("]")[0][1:] for line in run.search_corpus(tasks[2].question).splitlines()]
     assert not set(ids) & set(again)
     run.messages = [{"role": "tool", "content": first}]
-    assert run.prune_chunks([ids[0], "never-shown#0"]) == "pruned 1"
+    assert run.prune_chunks([ids[0], "never-shown#0"]) == 'pruned 1; not in context: ["never-shown#0"]'
+    assert run.prune_chunks([ids[0], ids[0]]) == f'pruned 0; not in context: ["{ids[0]}"]'  # pruned already: named once
     assert f"[{ids[0]}]" not in run.messages[0]["content"] and f"[{ids[1]}] " in run.messages[0]["content"]
     run.messages.append({"role": "tool", "content": run.read_document("person-2")})
     assert run.messages[1]["content"].startswith("[person-2] ") and "person-2" in run.seen_docs

@@ -275,6 +275,10 @@ def test_a_bad_config_key_fails_at_load_naming_it(tmp_path):
     done = cli("train", *data, "--out", tmp_path / "r")
     assert done.exit_code == 2 and f"tasks.jsonl: line {len(tasks)}: " in done.stderr, done.output
     assert not (tmp_path / "r" / "config.yaml").exists()  # so the same --out takes the mended file's run
+    (tmp_path / "many.yaml").write_text("data: {synthetic_people: 100000}\n")  # more than the generator has names
+    done = cli("train", tmp_path / "many.yaml", "--out", tmp_path / "m")
+    assert done.exit_code == 2 and "data.synthetic_people: 100000 is more than the" in done.stderr, done.output
+    assert not (tmp_path / "m" / "config.yaml").exists()
 
 
 def test_a_block_given_in_part_keeps_the_jobs_other_defaults_in_it(tmp_path):

@@ -110,6 +110,31 @@ def test_an_unknown_skill_in_weights_is_named(tmp_path):
     refused(*run, "--init", str(tmp_path / "no-model"), match="--init")
 
 
+def test_a_teacher_holds_the_run_to_its_distribution(tmp_path):
+    first = pretrain("--out", str(tmp_path / "a"), "--steps", "2", "--export-dir", str(tmp_path / "teacher"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    held = ["--init", str(tmp_path / "teacher"), "--teacher", str(tmp_path / "teacher"), "--lr", "0.01"]
+    done = pretrain("--out", str(tmp_path / "b"), "--steps", "3", *held, "--export-dir", str(tmp_path / "e"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    kls = [json.loads(line)["kl"] for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
+    assert kls[0] == pytest.approx(0.0, abs=1e-3) and kls[-1] > kls[0]  # starts as the teacher, then moves off it
+    refused("--out", str(tmp_path / "c"), "--steps", "1", "--teacher", str(tmp_path / "none"), match="--teacher")
+
+
+def test_the_distillation_kl_counts_trained_positions_only():
+    module = _script()
+    logits, teacher = torch.randn(2, 5, 7), torch.randn(2, 5, 7)
+    labels = torch.tensor([[-100, 3, -100, -100, 1], [-100, -100, -100, -100, -100]])
+    assert module.distill_kl(logits, logits.clone(), labels).item() == pytest.approx(0.0, abs=1e-6)
+    where = [(0, 0), (0, 3)]  # positions 0 and 3 of row 0 predict the labelled tokens 1 and 4
+    expected = sum(
+        torch.nn.functional.kl_div(logits[r, t].log_softmax(-1), teacher[r, t].log_softmax(-1), log_target=True,
+                                   reduction="sum")
+        for r, t in where
+    ) / len(where)  # fmt: skip
+    assert module.distill_kl(logits, teacher, labels).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
 def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

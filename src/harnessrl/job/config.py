@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harnessrl.envs.search.data import Doc, SearchTask, load, synthetic
 from harnessrl.envs.search.reward import DemoFilter, SearchReward
 from harnessrl.harness.swarm import SwarmLimits
 from harnessrl.policy.sources import SHIPPED
@@ -45,6 +46,15 @@ class DataConfig(_Strict):
         if (self.corpus is None) != (self.tasks is None):
             raise ValueError("data.corpus and data.tasks go together (neither: the synthetic generator)")
         return self
+
+    def documents(self) -> tuple[list[Doc], list[SearchTask]]:
+        """The corpus and its tasks: the files, or the synthetic generator's (an error names the key)."""
+        if self.corpus is not None:
+            return load(self.corpus, self.tasks)
+        try:
+            return synthetic(self.synthetic_seed, people=self.synthetic_people)
+        except ValueError as exc:  # more people than the generator has names
+            raise ValueError(f"data.synthetic_people: {exc}") from None
 
 
 class AgentConfig(_Strict):

@@ -38,7 +38,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers import AutoModelForCausalLM
 
-from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
+from harnessrl.envs.search import SearchAgent, SearchIndex
 from harnessrl.envs.search.errors import ERROR_CLASSES, error_class
 from harnessrl.envs.search.expert import SearchExpert
 from harnessrl.envs.search.reward import filter_demonstrations
@@ -90,8 +90,7 @@ def start_run(config: JobConfig, out: Path) -> None:
     model folder or .gguf) are made absolute in `config` and its file, so `--resume` from another directory finds them."""
     check_model(config.model)  # a SourceError (ValueError) naming --model / model:; no weights are read
     _absolute(config)
-    if config.data.corpus is not None:
-        load(config.data.corpus, config.data.tasks)
+    config.data.documents()  # files that do not load, or more people than the generator can name
     if (out / "config.yaml").is_file():
         held = JobConfig.load_run(out)
         _absolute(held)  # one written before its paths were made absolute: relative to here, as it was run
@@ -213,10 +212,7 @@ class _Job:
     async def run(self) -> dict:
         config, out, started = self.config, self.out, time.perf_counter()
         random.seed(config.seed)
-        if config.data.corpus and config.data.tasks:
-            docs, items = load(config.data.corpus, config.data.tasks)
-        else:
-            docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
+        docs, items = config.data.documents()
         train = [t.task() for t in items if t.split == "train"]
         test = [t.task() for t in items if t.split == "test"][: config.eval_tasks]
         if not train or not test:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from harnessrl.calltree import critical_steps
-from harnessrl.envs.search import SearchAgent, SearchIndex, load, synthetic
+from harnessrl.envs.search import SearchAgent, SearchIndex
 from harnessrl.envs.wide import OrchestratorExpert, SerialSearch, WideOrchestrator, item_f1, wide_reward
 from harnessrl.envs.wide.tasks import set_aside, wide_tasks
 from harnessrl.eval.evaluate import falling, gain_ci, scores_by_task
@@ -143,10 +143,7 @@ class _SwarmJob(main._Job):
         config, out, started = self.config, self.out, time.perf_counter()
         swarm = config.swarm
         random.seed(config.seed)
-        if config.data.corpus and config.data.tasks:
-            docs, items = load(config.data.corpus, config.data.tasks)
-        else:
-            docs, items = synthetic(config.data.synthetic_seed, people=config.data.synthetic_people)
+        docs, items = config.data.documents()
         self.validation, train, rl_train, test = wide_splits(items, config)
         a = config.agent
         index = SearchIndex(docs, out / "index", source=str(config.data.corpus or "the synthetic corpus"))

@@ -203,7 +203,7 @@ def synthetic(
     places = set(used)
     names = len({"".join(p).capitalize() for p in itertools.product(_SYLLABLES, repeat=2)} - places) ** 2
     if people > names:  # person_name would draw forever
-        raise ValueError(f"people: {people} is more than the {names} distinct names the generator has (seed {seed})")
+        raise ValueError(f"{people} is more than the {names} distinct names the generator has (seed {seed})")
 
     def person_name() -> str:  # unique as a whole; neither part is a place's name
         while True:

@@ -92,11 +92,15 @@ class _Run:
         for message in self.messages:
             if message["role"] == "tool":
                 message["content"] = _drop(message["content"], entries)
+        # the tool says what is still in context, and which ids it was asked for that were not there
+        told = f"pruned {len(named)}"
         staying = sorted(c for c in named if c in index.by_id and index.by_id[c].doc_id in self.read - self.pruned)
-        if staying:  # the tool says what is still in context, not only what it was asked
+        if staying:
             docs = sorted({index.by_id[c].doc_id for c in staying})
-            return f"pruned {len(named)}; {json.dumps(staying)} stay inside {json.dumps(docs)}, read whole: prune those ids"
-        return f"pruned {len(named)}"
+            told += f"; {json.dumps(staying)} stay inside {json.dumps(docs)}, read whole: prune those ids"
+        if absent := [c for c in dict.fromkeys(chunk_ids) if c not in named]:
+            told += f"; not in context: {json.dumps(absent)}"
+        return told
 
     def answer(self, text: str, doc_ids: list[str]) -> str:
         """Final answer and supporting document ids."""
