@@ -67,10 +67,19 @@ async def test_failed_sub_agents_are_observations_and_count_unfinished(swarm_gat
     async def own_timeout(assignment, llm):  # its own TimeoutError (the builtin, as asyncio's) is not the swarm's
         raise TimeoutError("search backend slow")
 
+    async def cancels_itself(assignment, llm):  # not a cancel of the episode: the sub-agent's own failure
+        raise asyncio.CancelledError()
+
+    async def exits(assignment, llm):  # in a task, sys.exit stopped the event loop: every episode of the run with it
+        await worker(assignment, llm)
+        raise SystemExit(3)
+
     for subagent, expected in [
         (crash, "did not finish: ValueError: tool exploded"),
         (slow, "did not finish: timed out after 0.3 s"),
         (own_timeout, "did not finish: TimeoutError: search backend slow"),
+        (cancels_itself, "did not finish: CancelledError"),
+        (exits, "did not finish: the sub-agent called sys.exit(3)"),
         (chatterbox, "did not finish: StepLimitError: step limit: 2 model calls per sub-agent run"),
         (silent, "gave no output in 1 steps"),
         (blank, "gave no output in 1 steps"),

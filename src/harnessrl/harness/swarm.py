@@ -299,6 +299,14 @@ class Swarm:
                 async with deadline:
                     output = await self.subagent(assignment, llm)
                     run.output = output if output and output.strip() else None  # a blank output is none: unfinished
+        except asyncio.CancelledError as exc:  # raised by the sub-agent itself, not a cancel of this run: its failure
+            if asyncio.current_task().cancelling():
+                raise
+            run.error = f"CancelledError: {exc}".removesuffix(": ")
+        except (
+            SystemExit
+        ) as exc:  # argparse refusing its input, as a tool's (Toolbox): its failure, not the process's end
+            run.error = f"the sub-agent called sys.exit({exc.code!r})"
         except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
             # the swarm's timeout only where its deadline expired: the sub-agent's own TimeoutError (a socket's, its
             # wait_for's) is its failure, named as any other
