@@ -72,6 +72,7 @@ _SAME_RUN = (  # a resume takes these from the run (--steps may grow: the schedu
     "history",
     "teacher",
     "distill",
+    "distill_skip",
 )
 _BOOKKEEPING = (
     "resume",
@@ -87,26 +88,28 @@ EXPORT = Path(__file__).resolve().parents[1] / "src" / "harnessrl" / "policy" / 
 
 
 class Packer:
-    """Rows of exactly `width` tokens (and their labels: -100 where no loss falls) cut from a stream
-    of rendered mixture items."""
+    """Rows of exactly `width` tokens (and their labels: -100 where no loss falls; and 0 / 1: whether a teacher's
+    distribution holds the token, 0 for the items of a skill in `skip`) cut from a stream of rendered mixture items."""
 
     def __init__(self, tokenizer, seed: int, width: int, weights: dict[str, float]):
         self.tokenizer, self.width, self.weights = tokenizer, width, weights
         self.mixture = Mixture(seed)
         self.buffer: list[int] = []
         self.labels: list[int] = []
+        self.kept: list[int] = []
+        self.skip: set[str] = set()
         self.counts = {k: 0 for k in weights}
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _next(self) -> tuple[list[int], list[int]]:
+    def _next(self) -> tuple[list[int], list[int], str]:
         kind = self.mixture.rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
         self.counts[kind] += 1
         if kind == "prose":
             ids = self._encode(self.mixture.prose() + "<|endoftext|>")
-            return ids, ids
-        return self.render(self.mixture.item(kind))
+            return ids, ids, kind
+        return *self.render(self.mixture.item(kind)), kind
 
     def render(self, item: Item) -> tuple[list[int], list[int]]:
         """An item's ids, and labels that train each of its replies (context: -100)."""
@@ -123,24 +126,28 @@ class Packer:
             done = full
         return ids, labels
 
-    def batch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, labels = [], []
+    def batch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids, labels, kept = [], [], []
         for _ in range(rows):
             while len(self.buffer) < self.width:
-                more, targets = self._next()
+                more, targets, kind = self._next()
                 self.buffer += more
                 self.labels += targets
+                self.kept += [int(kind not in self.skip)] * len(more)
             ids.append(self.buffer[: self.width])
             labels.append(self.labels[: self.width])
-            self.buffer, self.labels = self.buffer[self.width :], self.labels[self.width :]
-        return torch.tensor(ids), torch.tensor(labels)
+            kept.append(self.kept[: self.width])
+            self.buffer, self.labels, self.kept = (x[self.width :] for x in (self.buffer, self.labels, self.kept))
+        return torch.tensor(ids), torch.tensor(labels), torch.tensor(kept)
 
     def state(self) -> dict:
-        return {"rng": self.mixture.rng.getstate(), "buffer": self.buffer, "labels": self.labels, "counts": self.counts}
+        return {"rng": self.mixture.rng.getstate(), "buffer": self.buffer, "labels": self.labels, "kept": self.kept,
+                "counts": self.counts}  # fmt: skip
 
     def restore(self, state: dict) -> None:
         self.mixture.rng.setstate(state["rng"])
         self.buffer, self.labels = state["buffer"], state["labels"]
+        self.kept = state.get("kept", [1] * len(self.labels))  # a run from before --distill-skip
         self.counts = {k: 0 for k in self.weights} | state["counts"]  # a run from before a skill was added
 
 
@@ -159,14 +166,17 @@ class Stream(torch.utils.data.IterableDataset):
         for step in itertools.count(self.start + worker.id, worker.num_workers):
             before = dict(packer.counts)
             packer.mixture.records = records_for(args, step)
-            ids, labels = packer.batch(args.rows)
-            yield ids, labels, {k: v - before[k] for k, v in packer.counts.items()}
+            ids, labels, kept = packer.batch(args.rows)
+            yield ids, labels, kept, {k: v - before[k] for k, v in packer.counts.items()}
 
 
 def configured(packer: Packer, args) -> Packer:
     packer.mixture.follow_ups = args.follow_ups
     packer.mixture.fields = span("--fields", args.fields)
     packer.mixture.history = span("--history", args.history, least=0)
+    packer.skip = set(args.distill_skip.split(",")) - {""}
+    if unknown := packer.skip - set(WEIGHTS):
+        raise SystemExit(f"--distill-skip: unknown skill {sorted(unknown)[0]!r} (one of {', '.join(WEIGHTS)})")
     return packer
 
 
@@ -269,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--distill", type=float, default=1.0, help="weight of KL(teacher || model) on the trained tokens (--teacher)"
+    )
+    parser.add_argument(
+        "--distill-skip", default="", help="skills whose tokens the teacher does not hold, e.g. record_field,list_calls"
     )
     return parser
 
@@ -392,19 +405,19 @@ def main(argv: list[str] | None = None) -> None:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         if args.workers:
-            ids, labels, drawn = next(batches)
+            ids, labels, kept, drawn = next(batches)
             packer.counts = {k: packer.counts.get(k, 0) + drawn[k] for k in drawn}
         else:
             packer.mixture.records = records_for(args, step)
-            ids, labels = packer.batch(args.rows)
-        ids, labels = ids.to(args.device), labels.to(args.device)
+            ids, labels, kept = packer.batch(args.rows)
+        ids, labels, kept = ids.to(args.device), labels.to(args.device), kept.to(args.device)
         with autocast(dtype, args.device):
             out = model(input_ids=ids, labels=labels)
             loss, kl = out.loss, None
             if teacher is not None:
                 with torch.no_grad():
                     taught = teacher(input_ids=ids).logits
-                kl = distill_kl(out.logits, taught, labels)
+                kl = distill_kl(out.logits, taught, labels.masked_fill(kept == 0, -100))
         (loss if kl is None else loss + args.distill * kl).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

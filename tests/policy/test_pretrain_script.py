@@ -79,8 +79,8 @@ def test_each_worker_packs_its_own_items():
     stream = module.Stream(tokenizer, args, module.parse_weights(""), start=0)
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
     batches = [batch for batch, _ in zip(loader, range(4), strict=False)]
-    assert all(ids.shape == (2, 64) for ids, _, _ in batches)
-    assert sum(sum(drawn.values()) for _, _, drawn in batches) > 0  # (an item can span several 64-token rows)
+    assert all(ids.shape == kept.shape == (2, 64) for ids, _, kept, _ in batches)
+    assert sum(sum(drawn.values()) for *_, drawn in batches) > 0  # (an item can span several 64-token rows)
     assert not torch.equal(batches[0][0], batches[1][0])  # two workers, two streams of items
 
 
@@ -119,6 +119,20 @@ def test_a_teacher_holds_the_run_to_its_distribution(tmp_path):
     kls = [json.loads(line)["kl"] for line in (tmp_path / "b" / "log.jsonl").read_text().splitlines()]
     assert kls[0] == pytest.approx(0.0, abs=1e-3) and kls[-1] > kls[0]  # starts as the teacher, then moves off it
     refused("--out", str(tmp_path / "c"), "--steps", "1", "--teacher", str(tmp_path / "none"), match="--teacher")
+    refused("--out", str(tmp_path / "d"), "--steps", "1", "--distill-skip", "records", match="--distill-skip")
+
+
+def test_the_skipped_skills_tokens_are_left_out_of_the_teachers_hold():
+    module, tokenizer = _script(), build_tokenizer()
+    packer = module.Packer(tokenizer, seed=5, width=256, weights={"copy": 3.0, "record_field": 1.0})
+    packer.skip = {"record_field"}
+    drawn = []
+    original = packer._next
+    packer._next = lambda: drawn.append(result := original()) or result
+    ids, labels, kept = packer.batch(8)
+    flat = [kind for more, _, kind in drawn for _ in more][: ids.numel()]
+    assert {"copy", "record_field"} <= set(flat)
+    assert kept.flatten().tolist() == [int(kind == "copy") for kind in flat]
 
 
 def test_the_distillation_kl_counts_trained_positions_only():
