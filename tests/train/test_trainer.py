@@ -20,7 +20,7 @@ from harnessrl.train import LoraConfig, TrainConfig, Trainer, episode_sequences,
 from harnessrl.train.batches import micro_batches
 from harnessrl.train.checkpoint import latest_checkpoint
 from harnessrl.train.sequences import Sequence
-from harnessrl.train.trainer import _by_prompt, _lr_factor
+from harnessrl.train.trainer import _by_prompt, _lr_factor, clipped
 from harnessrl.types import Outcome
 from tests.train.helpers import sampled_groups
 
@@ -380,6 +380,14 @@ def test_ppo_epochs_take_several_steps_per_batch_and_the_clip_bites_after_the_fi
     assert metrics["policy/clip_frac_high"] + metrics["policy/clip_frac_low"] > 0
     one = single.rl_step(groups)  # one pass, one step: on policy throughout
     assert one["optim/steps"] == 1 and one["policy/clip_frac_high"] == one["policy/clip_frac_low"] == 0
+
+
+def test_clip_fractions_count_where_each_loss_clips():
+    ratio, advantages = torch.tensor([[0.5, 1.5, 0.5, 1.5]]), torch.tensor([[-1.0, -1.0, 1.0, 1.0]])
+    ppo = clipped(ratio, advantages, TrainConfig(loss="ppo"))  # only where the gradient goes: A < 0 low, A > 0 high
+    assert [m.tolist() for m in ppo] == [[[True, False, False, False]], [[False, False, False, True]]]
+    cispo = clipped(ratio, advantages, TrainConfig(loss="cispo", eps_low=0.2))  # every clipped weight
+    assert [m.tolist() for m in cispo] == [[[True, False, True, False]], [[False, True, False, True]]]
 
 
 def test_mini_batches_are_reshuffled_but_keep_a_groups_samples_together():

@@ -419,6 +419,15 @@ class Trainer:
             self.loggers.write(metrics)
 
 
+def clipped(ratio: torch.Tensor, advantages: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the clip bites, below and above: PPO's where it takes the token's gradient away (the ratio past a bound
+    in its advantage's direction); CISPO's wherever it clips the importance weight, whatever the advantage."""
+    low, high = ratio < 1 - cfg.eps_low, ratio > 1 + cfg.eps_high
+    if cfg.loss == "ppo":
+        low, high = low & (advantages < 0), high & (advantages > 0)
+    return low, high
+
+
 class _Stats:
     """Sums over loss tokens across micro-batches, reported once per update."""
 
@@ -455,8 +464,9 @@ class _Stats:
             self.track("policy/staleness", (version - mb.versions).float(), mask)
         if ratio is not None:
             self.track("policy/ratio", ratio, mask)
-            self.track("policy/clip_frac_low", ((ratio < 1 - cfg.eps_low) & (mb.advantages < 0)).float(), mask)
-            self.track("policy/clip_frac_high", ((ratio > 1 + cfg.eps_high) & (mb.advantages > 0)).float(), mask)
+            low, high = clipped(ratio, mb.advantages, cfg)
+            self.track("policy/clip_frac_low", low.float(), mask)
+            self.track("policy/clip_frac_high", high.float(), mask)
         if weight is not None:
             self.track("policy/is_weight", weight, mask)
             self.track("policy/is_weight_capped", (weight >= (cfg.is_cap or math.inf)).float(), mask)
