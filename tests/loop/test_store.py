@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import threading
 import time
 
@@ -151,6 +152,28 @@ def test_identical_feedback_posted_at_once_is_one_row(store_url):
     assert errors == []
     (row,) = store.episodes()
     assert sorted(f.call_index for f in row.feedback) == list(range(10))
+    store.close()
+
+
+def test_an_end_is_stamped_once_the_store_can_write_it(tmp_path):
+    """Stamped before the write lock came free, an end could fall behind a window a cycle had already read."""
+    store = Store(tmp_path / "t.db")
+    episode = _episode(store)
+    other = sqlite3.connect(tmp_path / "t.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    freed = []
+
+    def free() -> None:
+        time.sleep(1.0)
+        freed.append(time.time())
+        other.execute("COMMIT")
+
+    writer = threading.Thread(target=free)
+    writer.start()
+    store.finish(episode.model_copy(update={"status": "finished", "outcome": Outcome(answer="x")}))
+    writer.join()
+    assert [r.episode.id for r in store.episodes(since=freed[0], model="weather", ended=True)] == [episode.id]
+    other.close()
     store.close()
 
 

@@ -171,7 +171,11 @@ class Store:
                 status=episode.status, failure_reason=self._text(episode.failure_reason), updated_at=time.time(),
                 outcome=episode.outcome.model_dump_json() if episode.outcome else None,
             ))  # fmt: skip
-            if done.rowcount == 0:  # ended already (or never stored): the end the store has stands
+            if done.rowcount:  # stamped again holding the write lock (SQLite's waits up to 30 s): an end stamped
+                # before a cycle's window closed but committed after the cycle read it fell in no window
+                this = episodes_table.c.id == episode.id
+                db.execute(sa.update(episodes_table).where(this).values(updated_at=time.time()))
+            else:  # ended already (or never stored): the end the store has stands
                 row = db.execute(sa.select(episodes_table).where(episodes_table.c.id == episode.id)).first()
                 if row is None:
                     raise StoreError(f"no episode {episode.id!r} in the store", "id")
