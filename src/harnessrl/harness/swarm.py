@@ -303,9 +303,7 @@ class Swarm:
             if asyncio.current_task().cancelling():
                 raise
             run.error = f"CancelledError: {exc}".removesuffix(": ")
-        except (
-            SystemExit
-        ) as exc:  # argparse refusing its input, as a tool's (Toolbox): its failure, not the process's end
+        except SystemExit as exc:  # argparse refusing its input, as in a tool (Toolbox): not the process's end
             run.error = f"the sub-agent called sys.exit({exc.code!r})"
         except Exception as exc:  # a failing sub-agent is an observation, never a failed episode
             # the swarm's timeout only where its deadline expired: the sub-agent's own TimeoutError (a socket's, its
