@@ -123,3 +123,18 @@ def test_sigkill_mid_run_then_resume_continues_without_gap_or_repeat(tmp_path):
 def _lines(run) -> list[str]:
     path = run / "metrics.jsonl"
     return path.read_text().splitlines() if path.exists() else []
+
+
+def test_demo_nll_falls_once_a_model_learnt_the_demonstrations(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    write_demos(tmp_path / "demos.jsonl", n=8)
+    run_sft(tmp_path / "demos.jsonl", tmp_path / "run", epochs=8, batch_episodes=8, save_every=100)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "demo_nll.py"
+    spec = importlib.util.spec_from_file_location("demo_nll", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    learnt = str(tmp_path / "run" / "model")
+    nll = module.main([str(tmp_path / "demos.jsonl"), "tiny", learnt])
+    assert 0 < nll[learnt] < nll["tiny"] - 1.0  # nats a token
