@@ -84,10 +84,11 @@ def run(config: JobConfig, out: Path, progress: bool = True) -> dict:
 def start_run(config: JobConfig, out: Path) -> None:
     """A fresh run's folder, with its config.yaml. It may hold the same run (its finished phases are
     kept, as with resume) but never one whose config differs: its demos and checkpoints would be
-    mixed in (a ValueError names the keys). A corpus or task file that does not load fails here, before the folder
-    holds the config (a retry with the mended file would be refused as another run); so does a `model:` that names
-    nothing loadable (the CLI sets it without validation). Relative paths (data.corpus, data.tasks, code.tasks, a
-    model folder or .gguf) are made absolute in `config` and its file, so `--resume` from another directory finds them."""
+    mixed in (a ValueError names the keys). A corpus or task file that does not load, or more synthetic people than
+    the generator can name, fails here, before the folder holds the config (a retry with the mended file would be
+    refused as another run); so does a `model:` that names nothing loadable (the CLI sets it without validation).
+    Relative paths (data.corpus, data.tasks, code.tasks, a model folder or .gguf) are made absolute in `config` and
+    its file, so `--resume` from another directory finds them."""
     check_model(config.model)  # a SourceError (ValueError) naming --model / model:; no weights are read
     _absolute(config)
     config.data.documents()  # files that do not load, or more people than the generator can name
