@@ -297,6 +297,16 @@ def distill_kl(logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor
     return torch.nn.functional.kl_div(student, target, log_target=True, reduction="batchmean")
 
 
+def pretrained(flag: str, folder: str):
+    """The float32 model of a Hugging Face folder; where none loads, an exit naming the flag."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    except (OSError, ValueError) as exc:  # no model folder, or not one of ours
+        raise SystemExit(f"{flag} {folder}: {str(exc).splitlines()[0]}") from None
+
+
 def span(flag: str, text: str, least: int = 1) -> tuple[int, int]:
     """`A-B` (or `A`) as (A, B) with `least` <= A <= B."""
     low, _, high = text.partition("-")
@@ -344,22 +354,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model, tokenizer = build_tiny(seed=args.seed, hidden=args.hidden, layers=args.layers)
     if args.init and state is None:  # a resumed run's weights are in its checkpoint
-        from transformers import AutoModelForCausalLM
-
+        init = pretrained("--init", args.init)
         try:
-            init = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
             model.load_state_dict(grown(init.state_dict(), init.config.num_hidden_layers, args.layers))
-        except (OSError, ValueError, RuntimeError) as exc:  # no model folder; another width or vocabulary
+        except (ValueError, RuntimeError) as exc:  # another width or vocabulary
             raise SystemExit(f"--init {args.init}: {str(exc).splitlines()[0]}") from None
     model.to(args.device).train()
     teacher = None
     if args.teacher:
-        from transformers import AutoModelForCausalLM
-
-        try:
-            teacher = AutoModelForCausalLM.from_pretrained(args.teacher, dtype=torch.float32).to(args.device).eval()
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"--teacher {args.teacher}: {str(exc).splitlines()[0]}") from None
+        teacher = pretrained("--teacher", args.teacher).to(args.device).eval()
         if teacher.config.vocab_size != model.config.vocab_size:
             raise SystemExit(
                 f"--teacher {args.teacher}: vocabulary {teacher.config.vocab_size}, the model's {model.config.vocab_size}"

@@ -166,17 +166,16 @@ class Store:
         """End a running episode. One the store already ended (a cycle expired it, perhaps counted it in a window
         already) stays as it is: a StoreError naming it and how it ended."""
         with self.engine.begin() as db:
-            running = (episodes_table.c.id == episode.id) & (episodes_table.c.status == "running")
-            done = db.execute(sa.update(episodes_table).where(running).values(
-                status=episode.status, failure_reason=self._text(episode.failure_reason), updated_at=time.time(),
+            this = episodes_table.c.id == episode.id
+            done = db.execute(sa.update(episodes_table).where(this & (episodes_table.c.status == "running")).values(
+                status=episode.status, failure_reason=self._text(episode.failure_reason),
                 outcome=episode.outcome.model_dump_json() if episode.outcome else None,
             ))  # fmt: skip
-            if done.rowcount:  # stamped again holding the write lock (SQLite's waits up to 30 s): an end stamped
-                # before a cycle's window closed but committed after the cycle read it fell in no window
-                this = episodes_table.c.id == episode.id
+            if done.rowcount:  # its end stamped now, holding the write lock (SQLite's wait is up to 30 s): stamped
+                # before the wait, an end could fall behind a window a cycle had read before the commit
                 db.execute(sa.update(episodes_table).where(this).values(updated_at=time.time()))
             else:  # ended already (or never stored): the end the store has stands
-                row = db.execute(sa.select(episodes_table).where(episodes_table.c.id == episode.id)).first()
+                row = db.execute(sa.select(episodes_table).where(this)).first()
                 if row is None:
                     raise StoreError(f"no episode {episode.id!r} in the store", "id")
                 reason = f" ({row.failure_reason})" if row.failure_reason else ""
