@@ -6,8 +6,8 @@ Each RUN is a `pretrain_tiny_base.py` run folder (its log's probes, 40 items a s
 of the machine and load it ran on (runs trained side by side share the cores), so the time axis here is each
 probe's step times this machine's seconds a step at the run's size, measured now: `--steps` steps of a fresh model
 of the run's size on a batch of the run's shape, in the precision this CPU trains in. Run it on a quiet machine.
-One panel a skill; the last line printed is JSON: per run its size, parameters, fp16 MB, seconds a step and its
-probes as [step, minutes, scores].
+One panel a skill and one of the loss; the last line printed is JSON: per run its size, parameters, fp16 MB, seconds
+a step, its probes as [step, minutes, scores] and its loss as [step, minutes, mean of the hundred's steps to it].
 """
 
 from __future__ import annotations
@@ -49,19 +49,24 @@ def read_run(folder: Path) -> dict:
         raise SystemExit(f"{folder}: no checkpoint under {folder / 'checkpoints'}")
     config = json.loads((checkpoint / "config.json").read_text())
     args = load_state(checkpoint, map_location="cpu")["args"]
-    probes = []
+    probes, losses = [], []
     for number, line in enumerate((folder / "log.jsonl").read_text().splitlines(), 1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a kill
             print(f"{folder / 'log.jsonl'}:{number}: not JSON, left out")
             continue
+        losses.append((record["step"], record["loss"]))
         if "probe" in record:
             probes.append((record["step"], record["probe"]))
+    blocks: dict[int, list[tuple[int, float]]] = {}  # the log's steps in hundreds (a step's loss is one batch's)
+    for step, loss in losses:
+        blocks.setdefault((step - 1) // 100, []).append((step, loss))
     params = sum(p.numel() for p in build_tiny(hidden=config["hidden_size"], layers=config["num_hidden_layers"])[0].parameters())  # fmt: skip
     return {"run": str(folder), "hidden": config["hidden_size"], "layers": config["num_hidden_layers"],
             "params_m": round(params / 1e6, 2), "fp16_mb": round(params * 2 / 1e6, 1), "rows": args["rows"],
-            "width": args["width"], "probes": probes}  # fmt: skip
+            "width": args["width"], "probes": probes,
+            "loss": [(b[-1][0], sum(v for _, v in b) / len(b)) for b in blocks.values()]}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     for run in runs:
         run["seconds_per_step"] = round(step_seconds(run["hidden"], run["layers"], run["rows"], run["width"], args.steps, precision), 3)  # fmt: skip
         run["probes"] = [[s, round(s * run["seconds_per_step"] / 60, 1), p] for s, p in run["probes"]]
+        run["loss"] = [[s, round(s * run["seconds_per_step"] / 60, 1), round(v, 3)] for s, v in run["loss"]]
         print(f"hidden {run['hidden']}, {run['layers']} layers: {run['params_m']} M parameters, "
               f"{run['seconds_per_step']} s a step, {len(run['probes'])} probes")  # fmt: skip
 
@@ -86,8 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(2, 4, figsize=(14, 6), sharex=True, sharey=True)
-    for axis, skill in zip(axes.flat, (*SKILLS, "mean")):
+    figure, axes = plt.subplots(2, 5, figsize=(17, 6), sharex=True)
+    for run in runs:
+        axes[1, 4].plot(
+            [m for _, m, _ in run["loss"]], [v for _, _, v in run["loss"]], label=f"{run['hidden']}x{run['layers']}"
+        )
+    axes[1, 4].set(title="loss (mean of 100 steps)")
+    axes[1, 4].grid(alpha=0.3)
+    axes[1, 3].set_axis_off()
+    for axis, skill in zip([*axes[0], *axes[1, :3]], (*SKILLS, "mean")):
         for run in runs:
             xs = [m for _, m, _ in run["probes"]]
             ys = [sum(p.get(s, 0.0) for s in SKILLS) / len(SKILLS) if skill == "mean" else p.get(skill, 0.0)

@@ -230,15 +230,15 @@ def test_size_curves_put_runs_of_two_sizes_on_one_time_axis(tmp_path, capsys):
         write = lambda f, m=model, t=tokenizer: (m.save_pretrained(f), t.save_pretrained(f))  # noqa: E731
         save_checkpoint(run / "checkpoints", 20, write, {"args": {"rows": 2, "width": 64}})
         probe = {s: 0.5 for s in SKILLS}
-        (run / "log.jsonl").write_text(
-            json.dumps({"step": 10, "loss": 3.0, "probe": probe}) + "\n" + '{"step": 20, "loss": 2.9, "pro'
-        )
+        lines = [json.dumps({"step": 9, "loss": 3.4}), json.dumps({"step": 10, "loss": 2.6, "probe": probe})]
+        (run / "log.jsonl").write_text("\n".join([*lines, '{"step": 20, "loss": 2.9, "pro']))  # cut by a kill
     module.main([str(tmp_path / "run32"), str(tmp_path / "run48"), "--steps", "1", "--out", str(tmp_path / "c.png")])
     out = capsys.readouterr().out
-    assert "run32/log.jsonl:2: not JSON" in out and (tmp_path / "c.png").is_file()
+    assert "run32/log.jsonl:3: not JSON" in out and (tmp_path / "c.png").is_file()
     small, large = json.loads(out.splitlines()[-1])["runs"]
     assert (small["hidden"], small["layers"], large["hidden"], large["layers"]) == (32, 1, 48, 2)
     assert small["params_m"] < large["params_m"] and small["fp16_mb"] == round(small["params_m"] * 2, 1)
     for run in (small, large):  # minutes are the probe's step times the size's measured seconds a step
         [[step, minutes, scores]] = run["probes"]
         assert step == 10 and minutes == round(10 * run["seconds_per_step"] / 60, 1) and scores["copy"] == 0.5
+        assert run["loss"] == [[10, minutes, 3.0]]  # the cut line's loss left out with it
