@@ -48,6 +48,8 @@ def read_run(folder: Path) -> dict:
     if checkpoint is None:
         raise SystemExit(f"{folder}: no checkpoint under {folder / 'checkpoints'}")
     config = json.loads((checkpoint / "config.json").read_text())
+    if not (folder / "log.jsonl").is_file():
+        raise SystemExit(f"{folder}: no log.jsonl (not a run of scripts/pretrain_tiny_base.py?)")
     args = load_state(checkpoint, map_location="cpu")["args"]
     probes, losses = [], []
     for number, line in enumerate((folder / "log.jsonl").read_text().splitlines(), 1):
