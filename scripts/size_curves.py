@@ -25,11 +25,10 @@ from harnessrl.train.checkpoint import latest_checkpoint, load_state
 from harnessrl.train.precision import autocast, resolve
 
 
-def step_seconds(hidden: int, layers: int, rows: int, width: int, steps: int, precision: str) -> float:
-    """Median seconds of one optimizer step of a fresh model this size (after one warm-up step)."""
-    model, tokenizer = build_tiny(hidden=hidden, layers=layers)
+def step_seconds(model, vocab: int, rows: int, width: int, steps: int, precision: str) -> float:
+    """Median seconds of one optimizer step of a fresh `model` (after one warm-up step)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, len(tokenizer), (rows, width), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, vocab, (rows, width), generator=torch.Generator().manual_seed(0))
     times = []
     for _ in range(steps + 1):
         start = time.perf_counter()
@@ -64,10 +63,8 @@ def read_run(folder: Path) -> dict:
     blocks: dict[int, list[tuple[int, float]]] = {}  # the log's steps in hundreds (a step's loss is one batch's)
     for step, loss in losses:
         blocks.setdefault((step - 1) // 100, []).append((step, loss))
-    params = sum(p.numel() for p in build_tiny(hidden=config["hidden_size"], layers=config["num_hidden_layers"])[0].parameters())  # fmt: skip
     return {"run": str(folder), "hidden": config["hidden_size"], "layers": config["num_hidden_layers"],
-            "params_m": round(params / 1e6, 2), "fp16_mb": round(params * 2 / 1e6, 1), "rows": args["rows"],
-            "width": args["width"], "probes": probes,
+            "rows": args["rows"], "width": args["width"], "probes": probes,
             "loss": [(b[-1][0], sum(v for _, v in b) / len(b)) for b in blocks.values()]}  # fmt: skip
 
 
@@ -82,8 +79,11 @@ def main(argv: list[str] | None = None) -> None:
     precision, why = resolve("auto")
     print(why)
     runs = [read_run(folder) for folder in args.runs]
-    for run in runs:
-        run["seconds_per_step"] = round(step_seconds(run["hidden"], run["layers"], run["rows"], run["width"], args.steps, precision), 3)  # fmt: skip
+    for run in runs:  # a fresh model of the run's size: its parameters counted, its step timed
+        model, tokenizer = build_tiny(hidden=run["hidden"], layers=run["layers"])
+        params = sum(p.numel() for p in model.parameters())
+        run["params_m"], run["fp16_mb"] = round(params / 1e6, 2), round(params * 2 / 1e6, 1)
+        run["seconds_per_step"] = round(step_seconds(model, len(tokenizer), run["rows"], run["width"], args.steps, precision), 3)  # fmt: skip
         run["probes"] = [[s, round(s * run["seconds_per_step"] / 60, 1), p] for s, p in run["probes"]]
         run["loss"] = [[s, round(s * run["seconds_per_step"] / 60, 1), round(v, 3)] for s, v in run["loss"]]
         print(f"hidden {run['hidden']}, {run['layers']} layers: {run['params_m']} M parameters, "
