@@ -31,6 +31,7 @@ from tests.conftest import cli
 
 MINIMAL = """
 model: tiny
+data: {synthetic_people: 24}  # 18 tasks to demonstrate, not 256: each run of the job took ~25 s before SFT
 eval_tasks: 2
 eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
@@ -379,7 +380,7 @@ def test_a_run_with_fresh_tasks_demonstrates_only_the_rest(tmp_path):
     validation = set(json.loads((tmp_path / "run" / "validation.jsonl").read_text().splitlines()[0])["tasks"])
     train = [
         t.task()
-        for t in synthetic(0, people=DataConfig().synthetic_people)[1]
+        for t in synthetic(0, people=config["data"]["synthetic_people"])[1]
         if t.split == "train" and t.id not in validation
     ]
     demonstrated, fresh = main.fresh_split(train, 0.5, seed=0)
