@@ -31,7 +31,7 @@ from tests.conftest import cli
 
 MINIMAL = """
 model: tiny
-data: {synthetic_people: 24}  # 18 tasks to demonstrate, not 256: each run of the job took ~25 s before SFT
+data: {synthetic_people: 24}  # 18 training tasks: with the default 340, each run spent ~25 s demonstrating 256
 eval_tasks: 2
 eval_repeats: 1
 agent: {max_turns: 2, max_tokens: 16}
