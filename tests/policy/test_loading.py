@@ -85,7 +85,7 @@ def test_a_finished_gguf_conversion_removes_older_conversions_of_its_name_only(t
     folder = converted(gguf, "smollm2")
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert sorted(p.name for p in models.iterdir()) == sorted([folder.name, *(p.name for p in kept)])
-    # one file name in two places: naming, not converting, so a fake conversion (each real one takes ~50 s)
+    # one file name in two places: naming, not converting, so a fake conversion (a real one took 25-50 s)
     monkeypatch.setattr(sources, "_convert", lambda src, out: (out.mkdir(parents=True), (out / "config.json").touch()))
     copies = [tmp_path / side / "model.gguf" for side in ("a", "b")]
     for copy in copies:
