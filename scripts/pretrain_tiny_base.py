@@ -53,6 +53,7 @@ WEIGHTS = {
     "question_call": 0.15,
     "entity_call": 0.15,
     "list_calls": 0.0,  # v4 was pretrained without it; a stage from v4 adds it with --weights list_calls=W
+    "record_chain": 0.0,  # v5 was pretrained without it; --weights record_chain=W adds it
     "prose": 0.1,
 }
 _SAME_RUN = (  # a resume takes these from the run (--steps may grow: the schedule stretches to it)

@@ -172,11 +172,12 @@ def _script():
     return module
 
 
-def test_a_drill_trains_every_answer_and_nothing_else():
+@pytest.mark.parametrize("skill", ["record_field", "record_chain"])
+def test_a_drill_trains_every_answer_and_nothing_else(skill):
     tokenizer = build_tokenizer()
-    packer = _script().Packer(tokenizer, seed=3, width=512, weights={"record_field": 1.0})
+    packer = _script().Packer(tokenizer, seed=3, width=1024, weights={skill: 1.0})
     packer.mixture.follow_ups = 3
-    item = next(i for i in (packer.mixture.item("record_field") for _ in range(50)) if i.trained)
+    item = next(i for i in (packer.mixture.item(skill) for _ in range(50)) if i.trained)
     ids, labels = packer.render(item)
     replies = [item.messages[i]["content"] for i in item.trained] + [item.answer]
     trained = tokenizer.decode([i for i, label in zip(ids, labels) if label != -100])

@@ -9,7 +9,9 @@ question passed word for word as a call's argument: "In which year" must not bec
 country"), `entity_call` (the one name or code in a request passed to the tool its keyword names:
 "What is the tide in Olmar?" -> get_tide(place="Olmar")), `list_calls` (one call per listed item,
 in the list's order, each passing its item word for word: parallel calls over a list, sometimes
-after a setup call and with an argument shared by every call), plus plain English prose. Any item can
+after a setup call and with an argument shared by every call), `record_chain` (a question naming links before
+its field, "the f2 of the f1 of N": after each lookup's records, the next lookup with the name the link's field
+holds, or at the chain's end the value; the question's wording says which), plus plain English prose. Any item can
 be put behind a history of earlier answered copy / recall exchanges (`Mixture.history`, `with_history`):
 an agent's long contexts. Nothing here knows any environment's corpus, templates or tasks.
 """
@@ -24,7 +26,7 @@ from functools import cache
 
 from harnessrl.policy.tiny import prose_lines, tokenizer_text
 
-SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call", "entity_call", "list_calls")
+SKILLS = ("copy", "recall", "tool_args", "record_field", "question_call", "entity_call", "list_calls", "record_chain")
 _ONSETS = [
     "b",
     "d",
@@ -188,26 +190,24 @@ class Mixture:
             call,
         )
 
-    def _record_field(self) -> Item:
+    def _field_words(self) -> list[str]:
         fields, size = [], self.rng.randint(*self.fields)
         while len(fields) < size:
             candidate = self.word()
             if candidate not in fields and candidate not in ("id", "name"):
                 fields.append(candidate)
-        records = [
-            {"id": f"r{self.rng.randint(10, 999)}", "name": self.name(), **{f: self.value() for f in fields}}
-            for _ in range(self.rng.randint(*self.records))
-        ]
+        return fields
+
+    def _record(self, fields: list[str], name: str | None = None) -> dict:
+        return {"id": f"r{self.rng.randint(10, 999)}", "name": name or self.name(), **{f: self.value() for f in fields}}
+
+    def _record_field(self) -> Item:
+        fields = self._field_words()
+        records = [self._record(fields) for _ in range(self.rng.randint(*self.records))]
         target, wanted = self.rng.choice(records), self.rng.choice(fields)
-        lookup = {
-            "id": "c0",
-            "type": "function",
-            "function": {"name": "lookup", "arguments": json.dumps({"query": target["name"]})},
-        }
         turns = [
             {"role": "user", "content": f"What is the {wanted} of {target['name']}?"},
-            {"role": "assistant", "content": None, "tool_calls": [lookup]},
-            {"role": "tool", "tool_call_id": "c0", "content": self._records_text(records)},
+            *_looked_up({"name": "lookup", "arguments": {"query": target["name"]}}, self._records_text(records)),
         ]
         tool, param = (None, None) if self.rng.random() < 0.5 else self._string_tool()
         answer, call = _field_answer(turns[0], target[wanted], tool, param)
@@ -221,6 +221,44 @@ class Mixture:
             turns.append({"role": "user", "content": ask})
             answer, call = _field_answer(turns[-1], record[wanted], tool if self.rng.random() < 0.5 else None, param)
         return Item("record_field", turns, answer, [tool] if tool else None, call, tuple(trained))
+
+    def _record_chain(self) -> Item:
+        """A question that names a chain of 0-2 links before the field it asks ("the f2 of the f1 of N"). Each
+        lookup's records hold the next link's name under the link's field, so the reply to each result is the
+        next lookup (that name, word for word) or, at the chain's end, the value: the question's wording, not
+        what the records happen to show, says which. The item stops at a random one of these replies; the
+        earlier ones are trained too."""
+        tool, param = self._string_tool()
+        links = self.rng.choice([0, 1, 1, 2])
+        names = [self.name() if self.rng.random() < 0.6 else f"{self.name()} {self.name()}"]
+        asked, results = [], []
+        for level in range(links + 1):
+            fields = self._field_words()
+            records = [self._record(fields) for _ in range(self.rng.randint(*self.records) - 1)]
+            chain = self._record(fields, names[-1])
+            records.insert(self.rng.randrange(len(records) + 1), chain)
+            asked.append(self.rng.choice(fields))
+            if level < links:
+                chain[asked[-1]] = self.name()
+                names.append(chain[asked[-1]])
+            results.append(self._records_text(records))
+        subject = names[0]
+        for field_word in asked[:-1]:
+            subject = self.rng.choice([f"the {field_word} of {subject}", f"{subject}'s {field_word}"])
+        question = {"role": "user", "content": self.rng.choice(_FIELD_ASKS).format(f=asked[-1], n=subject)}
+        passer, passed = (None, None) if self.rng.random() < 0.5 else self._string_tool()
+        if passer and passer["function"]["name"] == tool["function"]["name"]:
+            passer = passed = None
+        final, final_call = _field_answer(question, chain[asked[-1]], passer, passed)
+        lookups = [{"name": tool["function"]["name"], "arguments": {param: n}} for n in names]
+        turns = [question, *_looked_up(lookups[0], results[0])]
+        stop, trained = self.rng.randint(0, links), []
+        for level in range(stop):  # the replies before the one asked: lookups of the next link, trained
+            trained.append(len(turns))
+            turns.append({"role": "assistant", "content": _call_text(lookups[level + 1])})
+            turns.append({"role": "tool", "tool_call_id": f"c{level + 1}", "content": results[level + 1]})
+        answer, call = (final, final_call) if stop == links else (_call_text(lookups[stop + 1]), lookups[stop + 1])
+        return Item("record_chain", turns, answer, [tool] + ([passer] if passer else []), call, tuple(trained))
 
     def _records_text(self, records: list[dict]) -> str:
         """Records as a JSON list, or one `[id] name: field value; ...` line each."""
@@ -397,6 +435,19 @@ def _field_answer(question: dict, value: str, tool: dict | None, param: str | No
     question["content"] += f" Then pass it to {tool['function']['name']} as {param}."
     call = {"name": tool["function"]["name"], "arguments": {param: value}}
     return _call_text(call), call
+
+
+def _looked_up(call: dict, result: str) -> list[dict]:
+    """An assistant turn making `call` (as the gateway records a call) and the tool turn answering it."""
+    made = {
+        "id": "c0",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+    }
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [made]},
+        {"role": "tool", "tool_call_id": "c0", "content": result},
+    ]
 
 
 def _call_text(call: dict) -> str:
