@@ -101,12 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         )
     axes[1, 4].set(title="loss (mean of 100 steps)")
     axes[1, 4].grid(alpha=0.3)
-    axes[1, 3].set_axis_off()
-    for axis, skill in zip([*axes[0], *axes[1, :3]], (*SKILLS, "mean")):
+    for axis, skill in zip([*axes[0], *axes[1, :4]], (*SKILLS, "mean")):
         for run in runs:
             xs = [m for _, m, _ in run["probes"]]
-            ys = [sum(p.get(s, 0.0) for s in SKILLS) / len(SKILLS) if skill == "mean" else p.get(skill, 0.0)
-                  for _, _, p in run["probes"]]  # fmt: skip
+            ys = [_mean(p) if skill == "mean" else p.get(skill, 0.0) for _, _, p in run["probes"]]
             axis.plot(xs, ys, marker="o", markersize=3, label=f"{run['hidden']}x{run['layers']} ({run['params_m']} M)")
         axis.axhline(0.8, color="grey", linestyle=":", linewidth=0.8)
         axis.set(title=skill, ylim=(0, 1.02))
@@ -118,6 +116,12 @@ def main(argv: list[str] | None = None) -> None:
     figure.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     print(json.dumps({"precision": precision, "runs": runs}))
+
+
+def _mean(probe: dict[str, float]) -> float:
+    """The mean over the skills a probe scored (a run from before a skill was added has none of it)."""
+    scored = [probe[s] for s in SKILLS if s in probe]
+    return sum(scored) / max(len(scored), 1)
 
 
 if __name__ == "__main__":
