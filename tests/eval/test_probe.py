@@ -186,3 +186,25 @@ def test_decisions_refuse_another_models_episodes_naming_the_call(tmp_path):
     done = cli("probe", "--model", "tiny", "--decisions", path)
     assert done.exit_code == 2, done.output
     assert f"--decisions {path}: episode {other.id}: call 0 holds token id 49000" in done.stderr
+
+
+def test_chain_hops_splits_the_items_by_what_they_ask_and_scores_calls_of_the_lookup():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "chain_hops.py"
+    spec = importlib.util.spec_from_file_location("chain_hops", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mixture = Mixture(seed=21)
+    items = [mixture.item("record_chain") for _ in range(16)]
+    policy = Policy.load("tiny")  # untrained: it never writes a call
+    try:
+        shares = module.lookup_shares(policy, items)
+    finally:
+        policy.close()
+    hops = sum(
+        isinstance(i.expected_call, dict) and i.expected_call["name"] == i.tools[0]["function"]["name"] for i in items
+    )
+    assert shares["items"] == {"hop": hops, "answer": 16 - hops} and 0 < hops < 16
+    assert shares["hop"] == shares["answer"] == 0.0
